@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * Netlink ABI of the p3 qdisc (Priority-based Parameter Propagation).
+ *
+ * Shared by the kernel module (kmod/), the tc plugin (tc/) and libp3
+ * (userlib/).  This header is the project's own: it never redefines
+ * anything from <linux/pkt_sched.h>.
+ */
+#ifndef _UAPI_LINUX_PKT_SCHED_P3_H
+#define _UAPI_LINUX_PKT_SCHED_P3_H
+
+#include <linux/types.h>
+
+/* Band 0 is the most urgent; classes H:1..H:N are bands 0..N-1. */
+#define P3_MIN_BANDS		2
+#define P3_MAX_BANDS		64
+
+/* Defaults applied when an attribute is absent at creation. */
+#define P3_DEFAULT_BANDS	8
+#define P3_DEFAULT_LIMIT	10000	/* packets */
+
+/*
+ * Where the tag is read from.  Tag value t in 1..bands selects band t-1;
+ * 0 or any out-of-range value is "untagged" and goes to the default band.
+ */
+enum p3_tag_source {
+	P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
+	P3_TAG_DSCP,		/* IPv4 TOS / IPv6 traffic class, DSCP bits */
+	P3_TAG_MARK,		/* skb->mark (SO_MARK, iptables MARK) */
+	__P3_TAG_MAX
+};
+#define P3_TAG_MAX (__P3_TAG_MAX - 1)
+
+/* Attributes nested in TCA_OPTIONS (which must carry NLA_F_NESTED). */
+enum {
+	TCA_P3_UNSPEC,
+	TCA_P3_BANDS,		/* u8: number of bands, P3_MIN..P3_MAX_BANDS */
+	TCA_P3_DEFAULT,		/* u8: band of untagged packets, < bands */
+	TCA_P3_TAG,		/* u8: enum p3_tag_source */
+	TCA_P3_LIMIT,		/* u32: packet limit, >= 1 */
+	TCA_P3_MEMORY,		/* u32: byte limit, 0 = no byte cap */
+	TCA_P3_QUANTUM,		/* u32: DRR quantum in bytes */
+	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
+	TCA_P3_PAD,
+	__TCA_P3_MAX
+};
+#define TCA_P3_MAX (__TCA_P3_MAX - 1)
+
+/*
+ * Qdisc-wide statistics, sent as TCA_STATS_APP.  Fields are only ever
+ * appended; readers must zero-fill a shorter struct from an older kernel.
+ */
+struct tc_p3_xstats {
+	__u32	flows;		/* flow entries allocated now */
+	__u32	flows_active;	/* flows holding packets now */
+	__u64	flows_created;
+	__u64	flows_gc;	/* idle flows garbage-collected */
+	__u64	preemptions;	/* switches to a more urgent band while a
+				 * less urgent one still held backlog */
+	__u64	boosts;		/* flows raised to a more urgent band by a
+				 * newer packet (priority inheritance) */
+	__u64	untagged;	/* packets sent to the default band */
+	__u64	drops_limit;	/* pushed out by the packet limit */
+	__u64	drops_memory;	/* pushed out by the byte limit */
+	__u64	drops_alloc;	/* no memory for a new flow */
+	__u64	throttled;	/* dequeues deferred by the rate pacer */
+};
+
+#endif /* _UAPI_LINUX_PKT_SCHED_P3_H */
