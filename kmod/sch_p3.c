@@ -1,0 +1,982 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * sch_p3.c	Priority-based Parameter Propagation (P3) scheduler.
+ *
+ * Distributed training sends parameter slices tagged with a level: the
+ * layers the next forward pass needs first are the most urgent.  This
+ * qdisc serves N bands in strict priority (band 0 first), so a more
+ * urgent slice preempts a less urgent one on the wire, for every process
+ * on the host at once.
+ *
+ * Packets are queued per flow (a local socket, else the flow hash) and a
+ * flow is served from one band at a time, so a flow is never reordered.
+ * A flow holding packets of several bands (its socket was re-tagged) is
+ * served at the most urgent of them: priority inheritance.  Within a band,
+ * flows share by deficit round robin.
+ *
+ * See docs/design.md for the invariants and docs/tc-p3.8 for the options.
+ */
+
+#include <linux/bitops.h>
+#include <linux/hash.h>
+#include <linux/jiffies.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/timer.h>
+#include <net/dsfield.h>
+#include <net/netlink.h>
+#include <net/pkt_cls.h>
+#include <net/pkt_sched.h>
+#include <net/sch_generic.h>
+#include <net/sock.h>
+#include <linux/pkt_sched_p3.h>
+
+#include "compat.h"
+
+#define P3_HASH_BITS	12
+/* An empty flow keeps its DRR deficit this long, then is freed. */
+#define P3_FLOW_IDLE	HZ
+#define P3_MIN_QUANTUM	256
+#define P3_MAX_QUANTUM	(1U << 20)
+/* A byte cap below one GSO packet's truesize would drop everything. */
+#define P3_MIN_MEMORY	(64U << 10)
+
+/* Per-packet state, in the qdisc-private part of skb->cb.  Packed so that
+ * two links and the band fit its 20 bytes; the links stay 8-byte aligned.
+ */
+struct p3_skb_cb {
+	/* Links of the flow's minimum deque, see p3_flow_push(). */
+	struct sk_buff	*min_prev;
+	struct sk_buff	*min_next;
+	u8		band;	/* as classified, before inheritance */
+} __packed;
+
+struct p3_flow {
+	struct sk_buff		*head;		/* FIFO, linked by skb->next */
+	struct sk_buff		*tail;
+	/* Deque of the packets that are more urgent than every packet
+	 * behind them: its head is the flow's most urgent packet.
+	 */
+	struct sk_buff		*min_head;
+	struct sk_buff		*min_tail;
+	struct list_head	band_node;	/* on bands[band].flows if qlen */
+	struct hlist_node	hash_node;
+	unsigned long		key;
+	unsigned long		idle_since;	/* jiffies, valid if !qlen */
+	u32			qlen;
+	u32			backlog;	/* bytes */
+	int			deficit;
+	u8			band;		/* served from, valid if qlen */
+};
+
+struct p3_band {
+	struct list_head		flows;	/* active flows, DRR order */
+	struct gnet_stats_basic_sync	bstats;	/* sent from this band */
+	struct gnet_stats_queue		qstats;	/* qlen, backlog, drops */
+};
+
+struct p3_config {
+	u64	rate;		/* bytes per second, 0 = unpaced */
+	u32	limit;		/* packets */
+	u32	memory;		/* bytes of skb truesize, 0 = no cap */
+	u32	quantum;
+	u8	bands;
+	u8	default_band;
+	bool	default_set;	/* else default follows bands - 1 */
+	u8	tag;
+};
+
+struct p3_sched_data {
+	/* enqueue and dequeue */
+	u64			active;		/* bit b: band b holds packets */
+	u64			time_next_packet; /* pacer, ns */
+	u32			memory_usage;	/* truesize of queued skbs */
+	u32			flows_active;
+	u8			last_band;	/* served by the last dequeue */
+	struct p3_config	cfg;
+
+	/* enqueue: classification and flow lookup */
+	struct tcf_proto __rcu	*filter_list;
+	struct tcf_block	*block;
+	struct hlist_head	*flow_table;
+	u32			flows;
+
+	/* statistics, written under the qdisc lock */
+	struct tc_p3_xstats	stats;
+
+	/* timers: pacing and garbage collection of idle flows */
+	struct qdisc_watchdog	watchdog;
+	struct timer_list	gc_timer;
+	struct Qdisc		*sch;
+
+	struct p3_band		bands[P3_MAX_BANDS];
+};
+
+static struct kmem_cache *p3_flow_cache __read_mostly;
+
+static struct p3_skb_cb *p3_cb(const struct sk_buff *skb)
+{
+	qdisc_cb_private_validate(skb, sizeof(struct p3_skb_cb));
+	return (struct p3_skb_cb *)qdisc_skb_cb(skb)->data;
+}
+
+/* ------------------------------------------------------------------ */
+/* Classification                                                      */
+/* ------------------------------------------------------------------ */
+
+static u32 p3_dscp(struct sk_buff *skb)
+{
+	int nhoff = skb_network_offset(skb);
+
+	switch (skb_protocol(skb, true)) {
+	case htons(ETH_P_IP):
+		if (!pskb_may_pull(skb, nhoff + sizeof(struct iphdr)))
+			return 0;
+		return ipv4_get_dsfield(ip_hdr(skb)) >> 2;
+	case htons(ETH_P_IPV6):
+		if (!pskb_may_pull(skb, nhoff + sizeof(struct ipv6hdr)))
+			return 0;
+		return ipv6_get_dsfield(ipv6_hdr(skb)) >> 2;
+	}
+	return 0;
+}
+
+/* Band of class minor @minor (H:1 is band 0), or -1 if no such class. */
+static int p3_minor_to_band(const struct p3_sched_data *q, u32 minor)
+{
+	return minor >= 1 && minor <= q->cfg.bands ? minor - 1 : -1;
+}
+
+static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
+{
+	u32 tag;
+
+	switch (q->cfg.tag) {
+	case P3_TAG_DSCP:
+		tag = p3_dscp(skb);
+		break;
+	case P3_TAG_MARK:
+		tag = skb->mark;
+		break;
+	default:
+		tag = skb->priority;
+		break;
+	}
+	if (tag >= 1 && tag <= q->cfg.bands)
+		return tag - 1;
+	q->stats.untagged++;
+	return q->cfg.default_band;
+}
+
+/* Returns the band, or -1 when a filter action consumed the packet. */
+static int p3_classify(struct sk_buff *skb, struct Qdisc *sch, int *qerr)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct tcf_result res;
+	struct tcf_proto *fl;
+	int band, err;
+
+	*qerr = NET_XMIT_SUCCESS | __NET_XMIT_BYPASS;
+	if (TC_H_MAJ(skb->priority) == sch->handle) {
+		band = p3_minor_to_band(q, TC_H_MIN(skb->priority));
+		if (band >= 0)
+			return band;
+	}
+
+	fl = rcu_dereference_bh(q->filter_list);
+	if (fl) {
+		err = tcf_classify(skb, NULL, fl, &res, false);
+#ifdef CONFIG_NET_CLS_ACT
+		switch (err) {
+		case TC_ACT_STOLEN:
+		case TC_ACT_QUEUED:
+		case TC_ACT_TRAP:
+			*qerr = NET_XMIT_SUCCESS | __NET_XMIT_STOLEN;
+			fallthrough;
+		case TC_ACT_SHOT:
+			return -1;
+		}
+#endif
+		if (err >= 0) {
+			band = p3_minor_to_band(q, TC_H_MIN(res.classid));
+			if (band >= 0)
+				return band;
+		}
+	}
+	return p3_tag_to_band(q, skb);
+}
+
+/* ------------------------------------------------------------------ */
+/* Flows                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A local full socket names its flow exactly, and cannot be freed while
+ * it has packets here (each holds sk_wmem_alloc).  Forwarded packets,
+ * SYN-ACKs of request socks and time-wait replies fall back to the flow
+ * hash; bit 0 keeps that key space apart from aligned socket pointers.
+ */
+static unsigned long p3_flow_key(struct sk_buff *skb)
+{
+	struct sock *sk = skb->sk;
+
+	if (sk && sk_fullsock(sk))
+		return (unsigned long)sk;
+	return ((unsigned long)skb_get_hash(skb) << 1) | 1;
+}
+
+static bool p3_flow_is_stale(const struct p3_flow *flow)
+{
+	return !flow->qlen &&
+	       time_after(jiffies, flow->idle_since + P3_FLOW_IDLE);
+}
+
+static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
+{
+	hlist_del(&flow->hash_node);
+	kmem_cache_free(p3_flow_cache, flow);
+	q->flows--;
+}
+
+/* Frees idle flows; all of them if @all, else only stale ones. */
+static void p3_gc(struct p3_sched_data *q, bool all)
+{
+	struct hlist_node *tmp;
+	struct p3_flow *flow;
+	unsigned int i;
+
+	for (i = 0; i < (1U << P3_HASH_BITS); i++) {
+		hlist_for_each_entry_safe(flow, tmp, &q->flow_table[i],
+					  hash_node) {
+			if (flow->qlen || (!all && !p3_flow_is_stale(flow)))
+				continue;
+			p3_flow_free(q, flow);
+			if (!all)
+				q->stats.flows_gc++;
+		}
+	}
+}
+
+static void p3_gc_timer(struct timer_list *t)
+{
+	struct p3_sched_data *q = from_timer(q, t, gc_timer);
+	spinlock_t *root_lock;
+
+	rcu_read_lock();
+	root_lock = qdisc_lock(qdisc_root_sleeping(q->sch));
+	spin_lock(root_lock);
+	p3_gc(q, false);
+	if (q->flows > q->flows_active)
+		mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+	spin_unlock(root_lock);
+	rcu_read_unlock();
+}
+
+/*
+ * Finds or creates the flow of @key.  The chain walk also frees stale
+ * idle flows it passes, which bounds the table under a flood of new flows
+ * between two runs of the GC timer.
+ */
+static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
+				      unsigned long key)
+{
+	struct hlist_head *bucket;
+	struct hlist_node *tmp;
+	struct p3_flow *flow;
+
+	bucket = &q->flow_table[hash_long(key, P3_HASH_BITS)];
+	hlist_for_each_entry_safe(flow, tmp, bucket, hash_node) {
+		if (flow->key == key)
+			return flow;
+		if (p3_flow_is_stale(flow)) {
+			p3_flow_free(q, flow);
+			q->stats.flows_gc++;
+		}
+	}
+
+	flow = kmem_cache_zalloc(p3_flow_cache, GFP_ATOMIC | __GFP_NOWARN);
+	if (!flow)
+		return NULL;
+	flow->key = key;
+	flow->deficit = q->cfg.quantum;
+	flow->idle_since = jiffies;
+	INIT_LIST_HEAD(&flow->band_node);
+	hlist_add_head(&flow->hash_node, bucket);
+	q->flows++;
+	q->stats.flows_created++;
+	return flow;
+}
+
+static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
+			u32 bytes)
+{
+	struct gnet_stats_queue *qs = &q->bands[band].qstats;
+
+	qs->qlen += qlen;
+	qs->backlog += bytes;
+}
+
+static void p3_band_sub(struct p3_sched_data *q, u8 band, u32 qlen,
+			u32 bytes)
+{
+	struct gnet_stats_queue *qs = &q->bands[band].qstats;
+
+	qs->qlen -= qlen;
+	qs->backlog -= bytes;
+	if (list_empty(&q->bands[band].flows))
+		q->active &= ~BIT_ULL(band);
+}
+
+/* Moves a flow holding packets to the tail of another band's DRR list. */
+static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
+			 u8 band)
+{
+	u8 old = flow->band;
+
+	list_move_tail(&flow->band_node, &q->bands[band].flows);
+	flow->band = band;
+	q->active |= BIT_ULL(band);
+	p3_band_sub(q, old, flow->qlen, flow->backlog);
+	p3_band_add(q, band, flow->qlen, flow->backlog);
+}
+
+/*
+ * Appends @skb of band @band to @flow.  The flow's band is the minimum
+ * band of its packets.  To know that minimum again after the head leaves
+ * in O(1), the flow keeps a deque of the packets that are strictly more
+ * urgent than every packet queued behind them (a monotone queue): a new
+ * packet removes from the deque's tail every packet not more urgent than
+ * itself, and the deque's head is always the flow's most urgent packet.
+ * At most one packet per band is on it.
+ */
+static void p3_flow_push(struct p3_sched_data *q, struct p3_flow *flow,
+			 struct sk_buff *skb, u8 band)
+{
+	struct p3_skb_cb *cb = p3_cb(skb);
+	u32 len = qdisc_pkt_len(skb);
+
+	while (flow->min_tail && p3_cb(flow->min_tail)->band >= band)
+		flow->min_tail = p3_cb(flow->min_tail)->min_prev;
+	cb->band = band;
+	cb->min_prev = flow->min_tail;
+	cb->min_next = NULL;
+	if (flow->min_tail)
+		p3_cb(flow->min_tail)->min_next = skb;
+	else
+		flow->min_head = skb;
+	flow->min_tail = skb;
+
+	skb->next = NULL;
+	if (flow->qlen)
+		flow->tail->next = skb;
+	else
+		flow->head = skb;
+	flow->tail = skb;
+
+	if (!flow->qlen) {
+		flow->band = band;
+		list_add_tail(&flow->band_node, &q->bands[band].flows);
+		q->active |= BIT_ULL(band);
+		q->flows_active++;
+	} else if (band < flow->band) {
+		p3_flow_move(q, flow, band);
+		q->stats.boosts++;
+	}
+	flow->qlen++;
+	flow->backlog += len;
+	p3_band_add(q, flow->band, 1, len);
+	q->memory_usage += skb->truesize;
+}
+
+/*
+ * Band a non-empty flow is served from: that of its most urgent packet,
+ * folded into the last band if "bands" shrank since it was classified.
+ */
+static u8 p3_flow_min_band(const struct p3_sched_data *q,
+			   const struct p3_flow *flow)
+{
+	return min_t(u8, p3_cb(flow->min_head)->band, q->cfg.bands - 1);
+}
+
+/*
+ * Unlinks the head packet of @flow and does all backlog accounting: flow,
+ * band, qdisc and memory.  An emptied flow leaves its band; a flow whose
+ * urgent packets are gone returns to the band of its most urgent rest.
+ */
+static struct sk_buff *p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct sk_buff *skb = flow->head;
+	u32 len = qdisc_pkt_len(skb);
+	u8 band = flow->band;
+
+	flow->head = skb->next;
+	skb_mark_not_on_list(skb);
+	if (flow->min_head == skb) {
+		flow->min_head = p3_cb(skb)->min_next;
+		if (flow->min_head)
+			p3_cb(flow->min_head)->min_prev = NULL;
+		else
+			flow->min_tail = NULL;
+	}
+	flow->qlen--;
+	flow->backlog -= len;
+	q->memory_usage -= skb->truesize;
+	sch->q.qlen--;
+	qdisc_qstats_backlog_dec(sch, skb);
+
+	if (!flow->qlen) {
+		list_del_init(&flow->band_node);
+		flow->idle_since = jiffies;
+		q->flows_active--;
+		if (!timer_pending(&q->gc_timer))
+			mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+	}
+	p3_band_sub(q, band, 1, len);
+	if (flow->qlen && p3_flow_min_band(q, flow) != band)
+		p3_flow_move(q, flow, p3_flow_min_band(q, flow));
+	return skb;
+}
+
+/* ------------------------------------------------------------------ */
+/* Enqueue, dequeue and drops                                          */
+/* ------------------------------------------------------------------ */
+
+/* Least urgent band holding packets, or -1. */
+static int p3_least_urgent(const struct p3_sched_data *q)
+{
+	return fls64(q->active) - 1;
+}
+
+/* Pushes out the head of the fattest flow of @band.  Returns its length. */
+static u32 p3_drop_from(struct Qdisc *sch, u8 band, struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow, *fattest = NULL;
+	struct sk_buff *skb;
+	u32 len;
+
+	list_for_each_entry(flow, &q->bands[band].flows, band_node)
+		if (!fattest || flow->backlog > fattest->backlog)
+			fattest = flow;
+	skb = p3_flow_pop(sch, fattest);
+	len = qdisc_pkt_len(skb);
+	q->bands[band].qstats.drops++;
+	qdisc_drop(skb, sch, to_free);
+	return len;
+}
+
+/* Which limit admitting @truesize more bytes would break, if any. */
+static u64 *p3_overlimit(struct Qdisc *sch, u32 truesize)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	if (sch->q.qlen >= sch->limit)
+		return &q->stats.drops_limit;
+	if (q->cfg.memory && q->memory_usage + truesize > q->cfg.memory)
+		return &q->stats.drops_memory;
+	return NULL;
+}
+
+static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
+		      struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	u32 len = qdisc_pkt_len(skb), pushed_len = 0, pushed = 0;
+	struct p3_flow *flow;
+	int band, victim, ret;
+	u64 *cause;
+	u8 serve;
+
+	band = p3_classify(skb, sch, &ret);
+	if (band < 0) {
+		if (ret & __NET_XMIT_BYPASS)
+			qdisc_qstats_drop(sch);
+		__qdisc_drop(skb, to_free);
+		return ret;
+	}
+
+	flow = p3_flow_lookup(q, p3_flow_key(skb));
+	if (unlikely(!flow)) {
+		q->stats.drops_alloc++;
+		q->bands[band].qstats.drops++;
+		return qdisc_drop(skb, sch, to_free);
+	}
+
+	/* Overflow never costs a band more urgent than this packet's. */
+	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
+	while ((cause = p3_overlimit(sch, skb->truesize))) {
+		(*cause)++;
+		victim = p3_least_urgent(q);
+		if (victim < serve) {
+			q->bands[serve].qstats.drops++;
+			qdisc_drop(skb, sch, to_free);
+			/* The parent counts this packet as dropped and never
+			 * added it, so only the pushed-out ones are reported.
+			 */
+			if (pushed)
+				qdisc_tree_reduce_backlog(sch, pushed,
+							  pushed_len);
+			return NET_XMIT_DROP;
+		}
+		pushed_len += p3_drop_from(sch, victim, to_free);
+		pushed++;
+		/* The flow may have lost its head packet to the limit. */
+		serve = flow->qlen ? min_t(u8, band, flow->band) : band;
+	}
+
+	p3_flow_push(q, flow, skb, band);
+	sch->q.qlen++;
+	qdisc_qstats_backlog_inc(sch, skb);
+	if (!pushed)
+		return NET_XMIT_SUCCESS;
+
+	/* NET_XMIT_CN makes the parent skip adding this packet, so report
+	 * one packet fewer than were pushed out, and the byte difference.
+	 */
+	qdisc_tree_reduce_backlog(sch, pushed - 1, pushed_len - len);
+	return NET_XMIT_CN;
+}
+
+/* Returns true if the pacer lets the next packet go now. */
+static bool p3_pacer_allows(struct p3_sched_data *q)
+{
+	u64 now;
+
+	if (!q->cfg.rate)
+		return true;
+	now = ktime_get_ns();
+	if (now >= q->time_next_packet)
+		return true;
+	qdisc_watchdog_schedule_ns(&q->watchdog, q->time_next_packet);
+	q->stats.throttled++;
+	return false;
+}
+
+static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
+{
+	u64 now;
+
+	if (!q->cfg.rate)
+		return;
+	/* An idle link earns no credit: pace from now, not from the past. */
+	now = ktime_get_ns();
+	q->time_next_packet = max(now, q->time_next_packet) +
+			      div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
+}
+
+static struct sk_buff *p3_dequeue(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow;
+	struct sk_buff *skb;
+	struct p3_band *b;
+	u8 band;
+
+	if (!q->active || !p3_pacer_allows(q))
+		return NULL;
+
+	band = __ffs64(q->active);
+	b = &q->bands[band];
+	/* band < last_band <= 63, so the shift stays below 64. */
+	if (band < q->last_band && (q->active >> (band + 1)))
+		q->stats.preemptions++;
+	q->last_band = band;
+
+	/* Every pass adds a quantum, so this ends within one round. */
+	for (;;) {
+		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
+		if (flow->deficit > 0)
+			break;
+		flow->deficit += q->cfg.quantum;
+		list_move_tail(&flow->band_node, &b->flows);
+	}
+
+	skb = p3_flow_pop(sch, flow);
+	flow->deficit -= qdisc_pkt_len(skb);
+	_bstats_update(&b->bstats, qdisc_pkt_len(skb), 1);
+	qdisc_bstats_update(sch, skb);
+	p3_pacer_charge(q, qdisc_pkt_len(skb));
+	return skb;
+}
+
+/* Frees every queued packet and every flow. */
+static void p3_purge(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow, *tmp;
+	unsigned int i;
+
+	for (i = 0; i < P3_MAX_BANDS; i++) {
+		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
+					 band_node)
+			while (flow->qlen)
+				rtnl_kfree_skbs(p3_flow_pop(sch, flow), NULL);
+	}
+	if (q->flow_table)
+		p3_gc(q, true);
+	q->time_next_packet = 0;
+}
+
+static void p3_reset(struct Qdisc *sch)
+{
+	p3_purge(sch);
+}
+
+/* ------------------------------------------------------------------ */
+/* Configuration                                                       */
+/* ------------------------------------------------------------------ */
+
+static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
+	[TCA_P3_BANDS]		= { .type = NLA_U8 },
+	[TCA_P3_DEFAULT]	= { .type = NLA_U8 },
+	[TCA_P3_TAG]		= { .type = NLA_U8 },
+	[TCA_P3_LIMIT]		= { .type = NLA_U32 },
+	[TCA_P3_MEMORY]		= { .type = NLA_U32 },
+	[TCA_P3_QUANTUM]	= { .type = NLA_U32 },
+	[TCA_P3_RATE]		= { .type = NLA_U64 },
+	[TCA_P3_PAD]		= { .type = NLA_REJECT,
+				    .reject_message = "Padding is not an option" },
+};
+
+static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->bands = P3_DEFAULT_BANDS;
+	cfg->tag = P3_TAG_PRIORITY;
+	cfg->limit = P3_DEFAULT_LIMIT;
+	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
+}
+
+/* Applies the attributes in @tb over @cfg and validates the result. */
+static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
+			   struct netlink_ext_ack *extack)
+{
+	if (tb[TCA_P3_BANDS]) {
+		cfg->bands = nla_get_u8(tb[TCA_P3_BANDS]);
+		if (cfg->bands < P3_MIN_BANDS || cfg->bands > P3_MAX_BANDS) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BANDS],
+					    "Number of bands must be between 2 and 64");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_DEFAULT]) {
+		cfg->default_band = nla_get_u8(tb[TCA_P3_DEFAULT]);
+		cfg->default_set = true;
+	}
+	if (!cfg->default_set) {
+		cfg->default_band = cfg->bands - 1;
+	} else if (cfg->default_band >= cfg->bands) {
+		NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_DEFAULT] ?: tb[TCA_P3_BANDS],
+				    "Default band must be below the number of bands");
+		return -EINVAL;
+	}
+	if (tb[TCA_P3_TAG]) {
+		cfg->tag = nla_get_u8(tb[TCA_P3_TAG]);
+		if (cfg->tag > P3_TAG_MAX) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_TAG],
+					    "Tag source must be priority, dscp or mark");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_LIMIT]) {
+		cfg->limit = nla_get_u32(tb[TCA_P3_LIMIT]);
+		if (!cfg->limit) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_LIMIT],
+					    "Packet limit must be at least 1");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_MEMORY]) {
+		cfg->memory = nla_get_u32(tb[TCA_P3_MEMORY]);
+		if (cfg->memory && cfg->memory < P3_MIN_MEMORY) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_MEMORY],
+					    "Memory limit must be 0 (none) or at least 65536 bytes");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_QUANTUM]) {
+		cfg->quantum = nla_get_u32(tb[TCA_P3_QUANTUM]);
+		if (cfg->quantum < P3_MIN_QUANTUM ||
+		    cfg->quantum > P3_MAX_QUANTUM) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_QUANTUM],
+					    "Quantum must be between 256 and 1048576 bytes");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_RATE])
+		cfg->rate = nla_get_u64(tb[TCA_P3_RATE]);
+	return 0;
+}
+
+/* Moves every flow of bands >= @bands into the new least urgent band. */
+static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
+{
+	struct p3_flow *flow, *tmp;
+	unsigned int i;
+
+	for (i = bands; i < P3_MAX_BANDS; i++) {
+		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
+					 band_node)
+			p3_flow_move(q, flow, bands - 1);
+		/* A band that comes back later starts with fresh counters. */
+		gnet_stats_basic_sync_init(&q->bands[i].bstats);
+		memset(&q->bands[i].qstats, 0, sizeof(q->bands[i].qstats));
+	}
+}
+
+/* Installs @cfg; the caller holds the tree lock.  Packets over a lowered
+ * limit are pushed out from the least urgent bands into @to_free.
+ */
+static void p3_config_commit(struct Qdisc *sch, const struct p3_config *cfg,
+			     struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	u32 pushed = 0, pushed_len = 0;
+	u64 *cause;
+
+	if (cfg->bands < q->cfg.bands)
+		p3_fold_bands(q, cfg->bands);
+	if (cfg->rate != q->cfg.rate)
+		q->time_next_packet = 0;
+	q->cfg = *cfg;
+	sch->limit = cfg->limit;
+
+	while (q->active && (cause = p3_overlimit(sch, 0))) {
+		(*cause)++;
+		pushed_len += p3_drop_from(sch, p3_least_urgent(q), to_free);
+		pushed++;
+	}
+	if (pushed)
+		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
+}
+
+static int p3_change(struct Qdisc *sch, struct nlattr *opt,
+		     struct netlink_ext_ack *extack)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct nlattr *tb[TCA_P3_MAX + 1];
+	struct sk_buff *to_free = NULL;
+	struct p3_config cfg;
+	int err;
+
+	err = nla_parse_nested(tb, TCA_P3_MAX, opt, p3_policy, extack);
+	if (err < 0)
+		return err;
+
+	/* Phase one: build and validate the whole new configuration. */
+	cfg = q->cfg;
+	err = p3_config_parse(&cfg, tb, extack);
+	if (err)
+		return err;
+
+	/* Phase two: commit; it cannot fail. */
+	sch_tree_lock(sch);
+	p3_config_commit(sch, &cfg, &to_free);
+	sch_tree_unlock(sch);
+	kfree_skb_list(to_free);
+	return 0;
+}
+
+static int p3_init(struct Qdisc *sch, struct nlattr *opt,
+		   struct netlink_ext_ack *extack)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	unsigned int i;
+	int err;
+
+	/* Everything destroy() touches is valid before the first failure. */
+	q->sch = sch;
+	qdisc_watchdog_init(&q->watchdog, sch);
+	timer_setup(&q->gc_timer, p3_gc_timer, TIMER_DEFERRABLE);
+	for (i = 0; i < P3_MAX_BANDS; i++) {
+		INIT_LIST_HEAD(&q->bands[i].flows);
+		gnet_stats_basic_sync_init(&q->bands[i].bstats);
+	}
+	p3_config_default(&q->cfg, sch);
+	q->cfg.default_band = q->cfg.bands - 1;
+	sch->limit = q->cfg.limit;
+
+	err = tcf_block_get(&q->block, &q->filter_list, sch, extack);
+	if (err)
+		return err;
+
+	q->flow_table = kvcalloc(1U << P3_HASH_BITS, sizeof(*q->flow_table),
+				 GFP_KERNEL);
+	if (!q->flow_table) {
+		NL_SET_ERR_MSG(extack, "No memory for the p3 flow table");
+		return -ENOMEM;
+	}
+
+	return opt ? p3_change(sch, opt, extack) : 0;
+}
+
+static void p3_destroy(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	tcf_block_put(q->block);
+	qdisc_watchdog_cancel(&q->watchdog);
+	timer_shutdown_sync(&q->gc_timer);
+	p3_purge(sch);
+	kvfree(q->flow_table);
+}
+
+static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	const struct p3_config *cfg = &q->cfg;
+	struct nlattr *opts;
+
+	opts = nla_nest_start_noflag(skb, TCA_OPTIONS);
+	if (!opts)
+		return -EMSGSIZE;
+	if (nla_put_u8(skb, TCA_P3_BANDS, cfg->bands) ||
+	    nla_put_u8(skb, TCA_P3_DEFAULT, cfg->default_band) ||
+	    nla_put_u8(skb, TCA_P3_TAG, cfg->tag) ||
+	    nla_put_u32(skb, TCA_P3_LIMIT, cfg->limit) ||
+	    nla_put_u32(skb, TCA_P3_MEMORY, cfg->memory) ||
+	    nla_put_u32(skb, TCA_P3_QUANTUM, cfg->quantum) ||
+	    nla_put_u64_64bit(skb, TCA_P3_RATE, cfg->rate, TCA_P3_PAD)) {
+		nla_nest_cancel(skb, opts);
+		return -EMSGSIZE;
+	}
+	return nla_nest_end(skb, opts);
+}
+
+static int p3_dump_stats(struct Qdisc *sch, struct gnet_dump *d)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct tc_p3_xstats st;
+
+	sch_tree_lock(sch);
+	st = q->stats;
+	st.flows = q->flows;
+	st.flows_active = q->flows_active;
+	sch_tree_unlock(sch);
+	return gnet_stats_copy_app(d, &st, sizeof(st));
+}
+
+/* ------------------------------------------------------------------ */
+/* Classes: H:1..H:N, one per band, for statistics and filter targets  */
+/* ------------------------------------------------------------------ */
+
+static struct Qdisc *p3_leaf(struct Qdisc *sch, unsigned long cl)
+{
+	return NULL;
+}
+
+static unsigned long p3_find(struct Qdisc *sch, u32 classid)
+{
+	return p3_minor_to_band(qdisc_priv(sch), TC_H_MIN(classid)) + 1;
+}
+
+static unsigned long p3_bind(struct Qdisc *sch, unsigned long parent,
+			     u32 classid)
+{
+	return p3_find(sch, classid);
+}
+
+static void p3_unbind(struct Qdisc *sch, unsigned long cl)
+{
+}
+
+static struct tcf_block *p3_tcf_block(struct Qdisc *sch, unsigned long cl,
+				      struct netlink_ext_ack *extack)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	if (cl) {
+		NL_SET_ERR_MSG(extack, "p3 takes filters on the qdisc only, not on a band");
+		return NULL;
+	}
+	return q->block;
+}
+
+static int p3_dump_class(struct Qdisc *sch, unsigned long cl,
+			 struct sk_buff *skb, struct tcmsg *tcm)
+{
+	tcm->tcm_handle |= TC_H_MIN(cl);
+	return 0;
+}
+
+static int p3_dump_class_stats(struct Qdisc *sch, unsigned long cl,
+			       struct gnet_dump *d)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_band *b = &q->bands[cl - 1];
+	struct gnet_stats_queue qs;
+
+	sch_tree_lock(sch);
+	qs = b->qstats;
+	sch_tree_unlock(sch);
+	if (gnet_stats_copy_basic(d, NULL, &b->bstats, true) < 0 ||
+	    gnet_stats_copy_queue(d, NULL, &qs, qs.qlen) < 0)
+		return -1;
+	return 0;
+}
+
+static void p3_walk(struct Qdisc *sch, struct qdisc_walker *arg)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	unsigned int i;
+
+	if (arg->stop)
+		return;
+	for (i = 0; i < q->cfg.bands; i++)
+		if (!tc_qdisc_stats_dump(sch, i + 1, arg))
+			break;
+}
+
+static const struct Qdisc_class_ops p3_class_ops = {
+	.leaf		= p3_leaf,
+	.find		= p3_find,
+	.tcf_block	= p3_tcf_block,
+	.bind_tcf	= p3_bind,
+	.unbind_tcf	= p3_unbind,
+	.dump		= p3_dump_class,
+	.dump_stats	= p3_dump_class_stats,
+	.walk		= p3_walk,
+};
+
+static struct Qdisc_ops p3_qdisc_ops __read_mostly = {
+	.cl_ops		= &p3_class_ops,
+	.id		= "p3",
+	.priv_size	= sizeof(struct p3_sched_data),
+	.enqueue	= p3_enqueue,
+	.dequeue	= p3_dequeue,
+	.peek		= qdisc_peek_dequeued,
+	.init		= p3_init,
+	.reset		= p3_reset,
+	.destroy	= p3_destroy,
+	.change		= p3_change,
+	.dump		= p3_dump,
+	.dump_stats	= p3_dump_stats,
+	.owner		= THIS_MODULE,
+};
+MODULE_ALIAS_NET_SCH("p3");
+
+static int __init p3_module_init(void)
+{
+	int err;
+
+	p3_flow_cache = KMEM_CACHE(p3_flow, 0);
+	if (!p3_flow_cache)
+		return -ENOMEM;
+	err = register_qdisc(&p3_qdisc_ops);
+	if (err)
+		kmem_cache_destroy(p3_flow_cache);
+	return err;
+}
+
+static void __exit p3_module_exit(void)
+{
+	unregister_qdisc(&p3_qdisc_ops);
+	kmem_cache_destroy(p3_flow_cache);
+}
+
+module_init(p3_module_init);
+module_exit(p3_module_exit);
+MODULE_AUTHOR("The sch_p3 authors");
+MODULE_DESCRIPTION("Priority-based Parameter Propagation (P3) packet scheduler");
+MODULE_LICENSE("GPL");
