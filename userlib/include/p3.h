@@ -1,0 +1,433 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * libp3 - user-space half of sch_p3 (Priority-based Parameter Propagation).
+ *
+ * Socket tagging, the slice planner, the multi-band channel transport and
+ * qdisc control.  Every call returns 0 (or a count) on success and a
+ * negative error on failure: either -errno or -P3_E*, a library code above
+ * the errno range.  p3_strerror() turns both into a message.  Nothing in
+ * the library prints, exits or raises signals (sends use MSG_NOSIGNAL).
+ *
+ * Handles are not thread-safe; use one per thread or lock around them.
+ */
+#ifndef P3_H
+#define P3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define P3_VERSION_MAJOR	1
+#define P3_VERSION_MINOR	0
+
+#define P3_MAX_BANDS		64
+
+/* ---------------------------------------------------------------- errors */
+
+#define P3_ERRBASE		0x3000	/* library codes, far above any errno */
+
+enum p3_error {
+	P3_EBADMAGIC = P3_ERRBASE,	/* frame does not start with P3_FRAME_MAGIC */
+	P3_EVERSION,		/* frame version not understood */
+	P3_EBADFRAME,		/* bad type, flags, reserved bits or zero length */
+	P3_ETOOBIG,		/* payload longer than the receiver's bound */
+	P3_ELEVEL,		/* level not below the channel's band count */
+	P3_ERANGE,		/* offset + length outside the registered tensor */
+	P3_ECSUM,		/* CRC32C mismatch */
+	P3_ETRUNC,		/* buffer ends (or peer closed) inside a frame */
+	P3_EDUP,		/* slice duplicates or overlaps received bytes */
+	P3_ESTALE,		/* slice for an older iteration than registered */
+	P3_EHELLO,		/* bad, duplicate or inconsistent hello */
+	P3_EINCOMPLETE,		/* peer closed all bands with tensors incomplete */
+	P3_ENEEDCAP_PRIO,	/* SO_PRIORITY > 6 needs CAP_NET_ADMIN */
+	P3_ENEEDCAP_MARK,	/* SO_MARK needs CAP_NET_ADMIN */
+	P3_EDSCPRANGE,		/* level > 62 does not fit in DSCP */
+	P3_ETAGVERIFY,		/* getsockopt read back another tag */
+	P3_ENOTP3,		/* the qdisc found there is not p3 */
+	P3_ENLPARSE,		/* malformed netlink reply */
+	__P3_EMAX
+};
+
+/* Message for a negative (or positive) errno or P3_E* code; never NULL. */
+const char *p3_strerror(int err);
+
+/*
+ * Extended-ack text of the last failed netlink request made by this
+ * thread ("" if the kernel sent none).  Valid until the next p3_qdisc_*.
+ */
+const char *p3_last_extack(void);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of completion timestamps. */
+uint64_t p3_now_ns(void);
+
+/* --------------------------------------------------------------- tagging */
+
+/*
+ * How a socket carries its level to the qdisc.  Level L is written as tag
+ * L + 1; tag 0 means "untagged" (the qdisc's default band).
+ */
+enum p3_tag_method {
+	P3_METHOD_DEFAULT,	/* the process-wide method, see p3_tag_config */
+	P3_METHOD_DSCP,		/* IP_TOS / IPV6_TCLASS; unprivileged, L <= 62 */
+	P3_METHOD_PRIORITY,	/* SO_PRIORITY; L >= 6 needs CAP_NET_ADMIN */
+	P3_METHOD_MARK,		/* SO_MARK; always needs CAP_NET_ADMIN */
+};
+
+#define P3_DEFAULT_NOTSENT_LOWAT	16384
+
+/* Parse "dscp", "priority"/"prio", "mark"; returns a method or -EINVAL. */
+int p3_tag_method_parse(const char *name);
+/* "dscp", "priority", "mark" (the default method resolved). */
+const char *p3_tag_method_name(int method);
+
+/*
+ * Process-wide defaults used by p3_tag() and by channels.  method may not
+ * be P3_METHOD_DEFAULT; notsent_lowat is bytes, 0 = leave sockets alone.
+ * Before the first call the method comes from $P3_TAG_METHOD (else dscp).
+ */
+int p3_tag_config(int method, int notsent_lowat);
+
+/*
+ * Tag socket fd with level using the process-wide method, verify it by
+ * reading it back, and (on TCP) set TCP_NOTSENT_LOWAT.  IPv4 sockets get
+ * IP_TOS, IPv6 get IPV6_TCLASS, and dual-stack IPv6 sockets get both so
+ * v4-mapped traffic is tagged too.  The ECN bits are kept.
+ */
+int p3_tag(int fd, unsigned int level);
+
+/* As p3_tag() with an explicit method and TCP_NOTSENT_LOWAT (-1: default,
+ * 0: leave unchanged). */
+int p3_tag_ex(int fd, unsigned int level, int method, int notsent_lowat);
+
+/* Level currently tagged on fd with method, -ENOENT if untagged. */
+int p3_tag_get(int fd, int method);
+
+/* --------------------------------------------------------------- planner */
+
+#define P3_DEFAULT_SLICE	200000	/* 50,000 fp32 parameters, as P3 */
+
+struct p3_tensor {
+	const char	*name;		/* informational, may be NULL */
+	uint64_t	bytes;		/* 0-byte tensors produce no slices */
+	uint32_t	fwd;		/* forward index: 0 is used first */
+};
+
+struct p3_plan_opts {
+	unsigned int	bands;		/* levels to use, 1..64; 0 = 8 */
+	uint64_t	slice_bytes;	/* cut size; 0 = P3_DEFAULT_SLICE */
+	uint64_t	merge_bytes;	/* merged-message cap; 0 = slice_bytes */
+	double		alpha_s;	/* start-up cost per message (s); 0 = no merging */
+	double		beta_s_per_byte;	/* cost per byte (s); informational */
+};
+
+struct p3_slice {
+	uint32_t	tensor;		/* index into the input array */
+	uint32_t	msg;		/* message id; merged slices share one */
+	uint64_t	offset;		/* byte offset in the tensor */
+	uint64_t	length;		/* bytes, > 0 */
+	uint32_t	prio;		/* forward rank of the tensor, 0 = first */
+	uint8_t		level;		/* 0 (most urgent) .. bands - 1 */
+};
+
+/*
+ * Plan n tensors.  Large tensors are cut at slice_bytes; runs of small
+ * neighbours (same level) are merged into one message while that saves a
+ * start-up cost and stays under merge_bytes; forward order is quantised
+ * monotonically into bands.  *out (free with p3_plan_free) holds *nout
+ * slices in forward order.
+ */
+int p3_plan(const struct p3_tensor *t, size_t n, const struct p3_plan_opts *opts,
+	    struct p3_slice **out, size_t *nout);
+void p3_plan_free(struct p3_slice *slices);
+
+/*
+ * Smallest slice whose fixed cost (alpha_s plus one frame header) is at
+ * most max_overhead (e.g. 0.05; <= 0 or >= 1 means 0.05) of its total send
+ * time, with a per-byte cost of max(beta, 1 / link_bytes_per_s).  A larger
+ * slice only delays preemption.  Rounded up to 4 bytes and clamped to
+ * [4 KiB, 16 MiB]; P3_DEFAULT_SLICE when neither beta nor rate is known.
+ */
+uint64_t p3_plan_suggest_slice(double alpha_s, double beta_s_per_byte,
+			       double link_bytes_per_s, double max_overhead);
+
+/* --------------------------------------------------------------- framing */
+
+/*
+ * Wire header, 40 bytes, big endian:
+ *   0 magic u32   4 version u8   5 type u8   6 level u8   7 flags u8 (0)
+ *   8 tensor u32  12 length u32  16 offset u64  24 iteration u64
+ *  32 reserved u32 (0)  36 crc32c u32 over header (crc = 0) and payload
+ */
+#define P3_FRAME_MAGIC		0x50334652u	/* "P3FR" */
+#define P3_FRAME_VERSION	1
+#define P3_FRAME_HDR_LEN	40
+#define P3_HELLO_LEN		16
+#define P3_DEFAULT_MAX_PAYLOAD	(16u << 20)
+
+enum p3_frame_type {
+	P3_FRAME_DATA,		/* a slice of a tensor */
+	P3_FRAME_HELLO,		/* first frame on a connection: channel, band */
+};
+
+struct p3_frame {
+	uint8_t		type;
+	uint8_t		level;
+	uint32_t	tensor;
+	uint32_t	length;		/* payload bytes */
+	uint64_t	offset;
+	uint64_t	iter;
+	const void	*payload;	/* set by p3_frame_parse() */
+};
+
+/*
+ * What a parser checks a frame against.  tensor_size() returns 0 and the
+ * registered size of (tensor, iter), or a negative error that the parser
+ * passes back unchanged; NULL skips the size check.
+ */
+struct p3_frame_limits {
+	unsigned int	bands;		/* level must be below; 0 = 64 */
+	uint32_t	max_payload;	/* 0 = P3_DEFAULT_MAX_PAYLOAD */
+	int		(*tensor_size)(void *ctx, uint32_t tensor, uint64_t iter,
+				       uint64_t *size);
+	void		*ctx;
+};
+
+/* Castagnoli CRC-32 (crc32c("123456789") == 0xe3069283); chain via crc. */
+uint32_t p3_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/*
+ * Write the header for f (and its CRC over payload, f->length bytes) to
+ * hdr[P3_FRAME_HDR_LEN].  Returns 0, or -EINVAL for a field that no parser
+ * would accept.
+ */
+int p3_frame_header(void *hdr, const struct p3_frame *f, const void *payload);
+
+/* Check the header in buf (len >= P3_FRAME_HDR_LEN) except its checksum. */
+int p3_frame_parse_header(const void *buf, size_t len, const struct p3_frame_limits *lim,
+			  struct p3_frame *f);
+
+/*
+ * Check a whole frame at buf: header fields, length bound, level, range
+ * against the tensor, checksum.  Returns the frame's size on the wire
+ * (header + payload), -P3_ETRUNC if len is too short, or another error.
+ */
+int p3_frame_parse(const void *buf, size_t len, const struct p3_frame_limits *lim,
+		   struct p3_frame *f);
+
+/* Build a hello (P3_FRAME_HDR_LEN + P3_HELLO_LEN bytes) into buf. */
+int p3_hello_build(void *buf, uint64_t chan_id, unsigned int band, unsigned int bands);
+
+/* Parse and check a whole hello frame; returns its wire size. */
+int p3_hello_parse(const void *buf, size_t len, uint64_t *chan_id, unsigned int *band,
+		   unsigned int *bands);
+
+/* --------------------------------------------------------------- channel */
+
+struct p3_chan;
+struct p3_listener;
+
+struct p3_chan_opts {
+	unsigned int	bands;		/* sockets (= levels) per channel, 1..64 */
+	int		tag_method;	/* enum p3_tag_method */
+	int		notsent_lowat;	/* -1 default, 0 leave unchanged */
+	uint64_t	chan_id;	/* sender: 0 = random */
+	size_t		max_queued;	/* sender memory bound, bytes */
+	uint32_t	max_payload;	/* largest frame payload either side */
+	int		timeout_ms;	/* connect / hello timeout */
+};
+
+/* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s. */
+void p3_chan_opts_init(struct p3_chan_opts *opts);
+
+/*
+ * Sender: open opts->bands TCP connections to host:port, tag connection b
+ * with level b, and introduce each with a hello.  host may be a name.
+ */
+int p3_chan_connect(const char *host, const char *port, const struct p3_chan_opts *opts,
+		    struct p3_chan **out);
+
+struct p3_send {
+	uint32_t	tensor;
+	uint64_t	offset;		/* where data goes in the tensor */
+	const void	*data;
+	uint64_t	length;
+};
+
+/*
+ * Queue one message: the slices in s[0..n), sent back to back on band
+ * level and never split by another message.  Data is copied, so buffers
+ * may be reused on return.  Within a band, messages leave in order of
+ * (iter, prio, arrival); a queued message not yet started is overtaken by
+ * a more urgent one.  If the queue would exceed max_queued (an empty queue
+ * takes any message), wait up to timeout_ms (-1 forever, 0 not at all)
+ * while sending, then fail with -EAGAIN.
+ */
+int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
+		     const struct p3_send *s, size_t n, int timeout_ms);
+
+/* One slice as its own message. */
+int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
+		 uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
+		 int timeout_ms);
+
+/*
+ * Queue a plan: bufs[tensor] holds each tensor; slices sharing a msg id
+ * (adjacent in the plan) become one message.
+ */
+int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
+		      const void *const *bufs, uint64_t iter, int timeout_ms);
+
+/* Bytes queued and not yet written to a socket (sender). */
+size_t p3_chan_queued(const struct p3_chan *c);
+
+/* Sender: write until nothing is queued; -ETIMEDOUT after timeout_ms. */
+int p3_chan_flush(struct p3_chan *c, int timeout_ms);
+
+/* Listen on host:port (host NULL = any, port "0" = pick one). */
+int p3_listen(const char *host, const char *port, const struct p3_chan_opts *opts,
+	      struct p3_listener **out);
+int p3_listener_port(const struct p3_listener *l);
+int p3_listener_fd(const struct p3_listener *l);
+
+/*
+ * Accept connections until every band of one channel has said hello, and
+ * return it as a receiving channel.  A connection with a bad hello is
+ * closed and its error returned; call again to go on.  -ETIMEDOUT if no
+ * channel completes within timeout_ms.
+ */
+int p3_accept(struct p3_listener *l, int timeout_ms, struct p3_chan **out);
+void p3_listener_close(struct p3_listener *l);
+
+/*
+ * Receiver: register buf (size bytes) as the target of tensor for
+ * iteration iter.  -EBUSY if the tensor is registered and incomplete.
+ * A frame for a tensor/iteration not yet registered waits (its connection
+ * is not read) until it is; a frame for an older iteration is an error.
+ */
+int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
+		   uint64_t iter);
+
+/*
+ * Move data for up to timeout_ms.  Returns, on a receiver, the number of
+ * completions ready for p3_chan_next(); on a sender, 0.  A connection that
+ * delivers a bad frame is closed and its error returned once; the others
+ * go on.  -P3_EINCOMPLETE when every band is closed and tensors are still
+ * missing; -EPIPE when every band is closed and nothing is missing.
+ */
+int p3_chan_poll(struct p3_chan *c, int timeout_ms);
+
+struct p3_completion {
+	uint32_t	tensor;
+	uint64_t	iter;
+	uint64_t	bytes;
+	uint64_t	t_first_ns;	/* first slice stored, p3_now_ns() clock */
+	uint64_t	t_done_ns;	/* last slice stored */
+};
+
+/* Pop one completion: 1 if *out was filled, 0 if none is ready. */
+int p3_chan_next(struct p3_chan *c, struct p3_completion *out);
+
+/* Receiver: registered tensors not yet complete. */
+size_t p3_chan_pending(const struct p3_chan *c);
+
+/* Band state: 0 open, 1 closed cleanly, or the error that closed it. */
+int p3_chan_band_status(const struct p3_chan *c, unsigned int band);
+
+unsigned int p3_chan_bands(const struct p3_chan *c);
+uint64_t p3_chan_id(const struct p3_chan *c);
+
+/* Close every socket and free c (queued data is discarded). */
+void p3_chan_close(struct p3_chan *c);
+
+/* ----------------------------------------------------------------- qdisc */
+
+#define P3_ROOT			0xffffffffu	/* TC_H_ROOT */
+#define P3_HANDLE(maj, min)	(((uint32_t)(maj) << 16) | ((min) & 0xffffu))
+
+/* Which fields of struct p3_qdisc_opts are set. */
+#define P3_QOPT_BANDS		(1u << 0)
+#define P3_QOPT_DEFAULT		(1u << 1)
+#define P3_QOPT_TAG		(1u << 2)
+#define P3_QOPT_LIMIT		(1u << 3)
+#define P3_QOPT_MEMORY		(1u << 4)
+#define P3_QOPT_QUANTUM		(1u << 5)
+#define P3_QOPT_RATE		(1u << 6)
+
+struct p3_qdisc_opts {
+	uint32_t	mask;		/* P3_QOPT_* */
+	uint8_t		bands;		/* 2..64 */
+	uint8_t		defband;	/* band of untagged packets */
+	uint8_t		tag;		/* enum p3_tag_method, not DEFAULT */
+	uint32_t	limit;		/* packets */
+	uint32_t	memory;		/* bytes, 0 = no byte cap */
+	uint32_t	quantum;	/* DRR quantum, bytes */
+	uint64_t	rate;		/* bytes per second, 0 = unpaced */
+};
+
+/* Create (fails if one exists), change in place, or create-or-replace.
+ * handle 0 lets the kernel choose on add.  The kernel's reason for a
+ * refusal is in p3_last_extack(). */
+int p3_qdisc_add(const char *ifname, uint32_t parent, uint32_t handle,
+		 const struct p3_qdisc_opts *opts);
+int p3_qdisc_change(const char *ifname, uint32_t parent, uint32_t handle,
+		    const struct p3_qdisc_opts *opts);
+int p3_qdisc_replace(const char *ifname, uint32_t parent, uint32_t handle,
+		     const struct p3_qdisc_opts *opts);
+
+/* Delete the p3 qdisc at parent (handle 0: whichever p3 is there);
+ * -P3_ENOTP3 rather than delete another kind. */
+int p3_qdisc_del(const char *ifname, uint32_t parent, uint32_t handle);
+
+struct p3_band_stats {
+	uint64_t	packets;
+	uint64_t	bytes;
+	uint32_t	drops;
+	uint32_t	overlimits;
+	uint32_t	requeues;
+	uint32_t	backlog;	/* bytes queued now */
+	uint32_t	qlen;		/* packets queued now */
+};
+
+/* Same fields as struct tc_p3_xstats; absent fields read as 0. */
+struct p3_xstats {
+	uint32_t	flows;
+	uint32_t	flows_active;
+	uint64_t	flows_created;
+	uint64_t	flows_gc;
+	uint64_t	preemptions;
+	uint64_t	boosts;
+	uint64_t	untagged;
+	uint64_t	drops_limit;
+	uint64_t	drops_memory;
+	uint64_t	drops_alloc;
+	uint64_t	throttled;
+};
+
+struct p3_qdisc_stats {
+	uint32_t		handle;
+	uint32_t		parent;
+	struct p3_qdisc_opts	opts;	/* as the kernel reports them */
+	struct p3_band_stats	total;
+	int			have_xstats;
+	struct p3_xstats	xstats;
+	unsigned int		nbands;	/* bands with class stats below */
+	struct p3_band_stats	band[P3_MAX_BANDS];
+};
+
+/* Options and handle of the p3 qdisc at parent (handle 0: any p3 there;
+ * parent 0: anywhere on the device). -ENOENT if there is none. */
+int p3_qdisc_get(const char *ifname, uint32_t parent, uint32_t handle,
+		 struct p3_qdisc_stats *out);
+
+/* As p3_qdisc_get(), plus statistics and per-band class statistics. */
+int p3_qdisc_stats(const char *ifname, uint32_t parent, uint32_t handle,
+		   struct p3_qdisc_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* P3_H */
