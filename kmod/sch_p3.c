@@ -788,7 +788,8 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	/* Everything destroy() touches is valid before the first failure. */
 	q->sch = sch;
 	qdisc_watchdog_init(&q->watchdog, sch);
-	timer_setup(&q->gc_timer, p3_gc_timer, TIMER_DEFERRABLE);
+	/* Not deferrable: an idle host must still give idle flows back. */
+	timer_setup(&q->gc_timer, p3_gc_timer, 0);
 	for (i = 0; i < P3_MAX_BANDS; i++) {
 		INIT_LIST_HEAD(&q->bands[i].flows);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# sch_p3 top-level build.
+#   make               module for every installed kernel, tc plugin, libp3
+#   make check         install deps, build, run host tests and VM selftests
+#   make demo          the main job: VGG-19 training emulation, FIFO vs P3
+#   make install       module (running kernel), plugin, libp3, man pages
+#   make dkms-install  copy the module sources for DKMS
+# W=1 and C=2 are passed on to kbuild (e.g. `make module W=1 C=2`).
+
+BUILD   := $(CURDIR)/build
+VERSION := 0.1
+PREFIX  ?= /usr
+DESTDIR ?=
+# Every kernel with headers installed; set KVERS to build for fewer.
+KVERS   ?= $(sort $(patsubst /lib/modules/%/build,%,$(wildcard /lib/modules/*/build)))
+KVER    ?= $(shell uname -r)
+MODDIR  := $(BUILD)/kmod
+
+export BUILD
+
+.PHONY: all deps module tc userlib check check-run demo demo-run install \
+	module-install dkms-install clean
+
+all: module tc userlib
+
+deps:
+	@scripts/deps.sh
+
+# kbuild is incremental by itself, so it always runs: that way
+# `make module C=2` re-checks every file with sparse.
+module:
+	@for v in $(KVERS); do scripts/kmod-build.sh "$$v" "$(MODDIR)/$$v" || exit 1; done
+
+tc:
+	@$(MAKE) --no-print-directory -C tc BUILD=$(BUILD)
+
+userlib:
+	@$(MAKE) --no-print-directory -C userlib BUILD=$(BUILD)
+
+# deps first, then a fresh make, so that KVERS sees kernels just installed.
+check: deps
+	@$(MAKE) --no-print-directory check-run
+
+check-run:
+	@scripts/check.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run: all
+	@bench/demo.sh
+
+install: module-install
+	@$(MAKE) --no-print-directory -C tc install BUILD=$(BUILD)
+	@$(MAKE) --no-print-directory -C userlib install BUILD=$(BUILD)
+	install -D -m 644 docs/tc-p3.8 $(DESTDIR)$(PREFIX)/share/man/man8/tc-p3.8
+
+module-install:
+	@scripts/kmod-build.sh "$(KVER)" "$(MODDIR)/$(KVER)"
+	install -D -m 644 $(MODDIR)/$(KVER)/sch_p3.ko \
+		$(DESTDIR)/lib/modules/$(KVER)/updates/sch_p3.ko
+	[ -n "$(DESTDIR)" ] || depmod -a $(KVER)
+
+DKMS_DIR := $(DESTDIR)/usr/src/sch_p3-$(VERSION)
+dkms-install:
+	install -d $(DKMS_DIR)/kmod $(DKMS_DIR)/include/uapi/linux
+	install -m 644 dkms.conf Kbuild $(DKMS_DIR)/
+	install -m 644 kmod/Kbuild kmod/*.c kmod/*.h $(DKMS_DIR)/kmod/
+	install -m 644 include/uapi/linux/pkt_sched_p3.h $(DKMS_DIR)/include/uapi/linux/
+	@echo "now: dkms install sch_p3/$(VERSION)"
+
+clean:
+	rm -rf $(BUILD)

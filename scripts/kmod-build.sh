@@ -1,0 +1,21 @@
+#!/bin/bash
+# kmod-build.sh KVER OUTDIR: builds sch_p3.ko for kernel KVER into OUTDIR.
+#
+# kbuild writes objects next to the sources of an external module, so each
+# kernel gets its own tree of links to the sources; that keeps the 6.1 and
+# 6.12 objects apart and the source folders clean.
+set -euo pipefail
+kver=$1 out=$2
+top=$(cd "$(dirname "$0")/.." && pwd)
+kdir=/lib/modules/$kver/build
+[ -d "$kdir" ] || { echo "kmod-build: no headers for $kver in $kdir" >&2; exit 1; }
+
+tree=$out/tree
+mkdir -p "$tree/kmod"
+ln -sfn "$top/include" "$tree/include"
+ln -sf "$top/Kbuild" "$tree/Kbuild"
+for f in "$top"/kmod/Kbuild "$top"/kmod/*.[ch]; do
+	ln -sf "$f" "$tree/kmod/"
+done
+make --no-print-directory -C "$kdir" M="$tree" modules
+cp "$tree/kmod/sch_p3.ko" "$out/sch_p3.ko"

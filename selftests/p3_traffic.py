@@ -1,0 +1,380 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Traffic selftests of the p3 qdisc, run as root inside the selftest VM.
+
+Two network-namespace hosts joined by veth; the sender's egress is shaped
+to at most 50 Mbit/s so that the link, not the emulated CPU, is the
+bottleneck.  Every test asserts numbers measured at the receiver or read
+from the qdisc's statistics, and the kernel log is checked after each.
+
+  selftests/vm-run -- selftests/p3_traffic.py [-t NAME]...
+"""
+import argparse
+import statistics
+import sys
+import time
+
+from p3lib import (PORT, RADDR, RADDR6, RCV, SDEV, SND, Check, KernelLog,
+                   Sink, Tap, class_stats, diff_bands, p3t, parse_rate,
+                   qdisc_json, sh, tc, tcp_rate, teardown, topology)
+
+RATE = "50mbit"
+# TCP payload per wire byte: 1448-byte segments in 1514-byte frames.
+GOODPUT = 1448 / 1514
+BULK, URGENT = "prio:8", "prio:1"   # bands 7 and 0 of an 8-band p3
+
+
+def p3_root(opts=f"rate {RATE}"):
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 {opts}")
+
+
+def urgent_share(chk, link_bps, setup):
+    """Bulk flows saturate the link; an urgent flow joins for a while.
+    Checks the urgent share, and that bulk gets the link back after."""
+    setup()
+    sink = Sink()
+    t0 = time.monotonic()
+    bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
+                "--seconds", "7", "--tag", BULK, "--group", "1"], wait=False)
+    time.sleep(2)
+    tu = time.monotonic()
+    p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "1", "--seconds",
+         "3", "--tag", URGENT, "--group", "2"])
+    tu_end = time.monotonic()
+    bulk.wait(timeout=60)
+    t_end = time.monotonic()
+    rep = sink.stop()
+
+    goodput = link_bps * GOODPUT
+    u = tcp_rate(rep, 2, tu + 0.5, tu_end - 0.2)
+    b_during = tcp_rate(rep, 1, tu + 0.5, tu_end - 0.2)
+    b_before = tcp_rate(rep, 1, t0 + 0.7, tu)
+    b_after = tcp_rate(rep, 1, tu_end + 0.5, t_end - 0.3)
+    share = u / (u + b_during) if u + b_during else 0
+    chk.note(f"link goodput {goodput / 1e6:.1f} Mbit/s; bulk before "
+             f"{b_before / 1e6:.1f}, urgent {u / 1e6:.1f} vs bulk "
+             f"{b_during / 1e6:.1f} (urgent share {share:.3f}), "
+             f"bulk after {b_after / 1e6:.1f}")
+    chk.expect(share >= 0.9, f"urgent share {share:.3f} < 0.90")
+    chk.expect(u >= 0.9 * goodput,
+               f"urgent rate {u / 1e6:.1f} < 90% of the link")
+    chk.expect(b_after >= 0.8 * goodput,
+               f"bulk got only {b_after / 1e6:.1f} Mbit/s back")
+
+
+def test_strict_priority(chk):
+    urgent_share(chk, parse_rate(RATE), p3_root)
+    xs = qdisc_json()["xstats"]
+    chk.note(f"preemptions {xs.get('preemptions')}")
+    chk.expect(xs.get("preemptions", 0) > 0, "no preemption counted")
+
+
+def test_urgent_latency(chk):
+    p3_root()
+    size, rate = 512 * 1024, parse_rate(RATE)
+    sink = Sink()
+    bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "8",
+                "--seconds", "9", "--tag", BULK, "--group", "1"], wait=False)
+    time.sleep(2.5)
+    before = qdisc_json()
+    out = p3t(["msg", RADDR, "--port", str(PORT), "--bytes", str(size),
+               "--tag", URGENT, "--group", "2", "--repeat", "5",
+               "--gap", "0.3"])
+    backlog = qdisc_json()["backlog"]
+    bulk.wait(timeout=60)
+    sink.stop()
+    times = [float(t) for t in out.strip()[1:-1].split(",")]
+    ideal = size * 8 / rate
+    bound = (size + 1514) * 8 / rate
+    ratios = [t / ideal for t in times]
+    med = statistics.median(ratios)
+    chk.note(f"size/rate {ideal * 1e3:.1f} ms; completions "
+             f"{', '.join(f'{t * 1e3:.1f}' for t in times)} ms; "
+             f"ratio to size/rate median {med:.3f} max {max(ratios):.3f}; "
+             f"to bound median {statistics.median(times) / bound:.3f}; "
+             f"bulk backlog at start {before['backlog']} B, "
+             f"at end {backlog} B")
+    chk.expect(before["qlen"] > 0, "the bulk flows did not build a queue")
+    chk.expect(med <= 1.5, f"median ratio {med:.3f} > 1.5")
+
+
+def reorders(setup):
+    """A UDP socket re-tagged between bulk and urgent every 5 datagrams,
+    behind saturating bulk TCP.  Returns the sink's counters for it."""
+    setup()
+    sink = Sink()
+    bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
+                "--seconds", "7", "--tag", BULK, "--group", "1"], wait=False)
+    time.sleep(1.5)
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "2500", "--pps",
+         "500", "--tags", f"{BULK},{URGENT}", "--switch-every", "5",
+         "--group", "3"])
+    bulk.wait(timeout=60)
+    time.sleep(0.5)
+    return sink.stop()["udp"].get("3", {"received": 0, "reordered": 0})
+
+
+def test_no_reorder(chk):
+    u = reorders(p3_root)
+    chk.note(f"p3: {u['received']}/2500 received, {u['reordered']} "
+             f"out of order")
+    chk.expect(u["reordered"] == 0, f"{u['reordered']} reordered")
+    chk.expect(u["received"] == 2500, f"{2500 - u['received']} lost")
+
+
+def test_reorder_control(chk):
+    """The same run through prio under tbf must reorder: proves the
+    reorder test above can fail."""
+    def prio():
+        sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+        tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} "
+           "burst 32k latency 200ms")
+        tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: prio bands 3 "
+           "priomap 2 0 2 2 2 2 2 2 2 2 2 2 2 2 2 2")
+    u = reorders(prio)
+    chk.note(f"prio: {u['received']}/2500 received, {u['reordered']} "
+             f"out of order")
+    chk.expect(u["reordered"] > 0, "prio did not reorder: test is blind")
+
+
+def test_overflow(chk):
+    p3_root("rate 10mbit limit 50")
+    before = class_stats()
+    sink = Sink()
+    flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", "20000",
+                 "--pps", "4000", "--size", "1000", "--tags", BULK,
+                 "--group", "11"], wait=False)
+    mid = p3t(["udp", RADDR, "--port", str(PORT), "--count", "1000",
+               "--pps", "200", "--size", "1000", "--tags", "prio:4",
+               "--group", "12"], wait=False)
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "2000", "--pps",
+         "400", "--size", "1000", "--tags", URGENT, "--group", "10"])
+    mid.wait(timeout=60)
+    flood.wait(timeout=120)
+    time.sleep(1)
+    rep = sink.stop()["udp"]
+    d = diff_bands(class_stats(), before)
+    xs = qdisc_json()["xstats"]
+    drops = {b: v["drops"] for b, v in d.items() if v["drops"]}
+    got = {g: rep.get(g, {}).get("received", 0) for g in ("10", "12", "11")}
+    chk.note(f"drops per band {drops}; xstats drops_limit "
+             f"{xs.get('drops_limit')}; received urgent {got['10']}/2000, "
+             f"mid {got['12']}/1000, flood {got['11']}/20000")
+    chk.expect(d[7]["drops"] > 0, "the least urgent band dropped nothing")
+    chk.expect(all(v["drops"] == 0 for b, v in d.items() if b != 7),
+               "a more urgent band dropped")
+    chk.expect(got["10"] == 2000 and got["12"] == 1000,
+               "urgent or mid datagrams lost")
+    chk.expect(xs.get("drops_limit") == d[7]["drops"],
+               "xstats drops_limit disagrees with the band drops")
+
+
+TAG_CASES = [
+    # name, qdisc tag, sender tag, destination, expected band
+    ("priority", "tag priority", "prio:3", RADDR, 2),
+    ("dscp-v4", "tag dscp", f"tos:{5 << 2}", RADDR, 4),
+    ("dscp-v6", "tag dscp", f"tclass:{6 << 2}", RADDR6, 5),
+    ("mark", "tag mark", "mark:2", RADDR, 1),
+    ("classid", "tag dscp", f"prio:{0x10004}", RADDR, 3),
+    ("flower", "tag priority", "none", RADDR, 6),
+    ("untagged", "tag priority", "none", RADDR, 7),
+]
+
+
+def test_tag_sources(chk):
+    n = 200
+    for name, qopt, tag, dst, band in TAG_CASES:
+        p3_root(f"bands 8 {qopt}")
+        if name == "flower":
+            tc(f"filter add dev {SDEV} parent 1: protocol ip prio 1 flower "
+               f"ip_proto udp dst_port {PORT} classid 1:7")
+        before, xs0 = class_stats(), qdisc_json()["xstats"]
+        p3t(["udp", dst, "--port", str(PORT), "--count", str(n),
+             "--tags", tag])
+        time.sleep(0.3)
+        d = diff_bands(class_stats(), before)
+        xs = qdisc_json()["xstats"]
+        got = d[band]["pkts"]
+        others = {b: v["pkts"] for b, v in d.items() if b != band and
+                  v["pkts"]}
+        chk.note(f"{name}: band {band} +{got} packets, others {others}")
+        if band == 7:
+            # The default band also carries the hosts' own ARP/ND.
+            chk.expect(n <= got <= n + 20, f"{name}: band 7 got {got}")
+            chk.expect(xs["untagged"] - xs0["untagged"] >= n,
+                       f"{name}: untagged counter did not move")
+        else:
+            chk.expect(got == n, f"{name}: band {band} got {got}, not {n}")
+        sh(f"tc qdisc del dev {SDEV} root", ns=SND)
+
+
+def tbf_parent():
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} burst 32k "
+       "latency 100ms")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+
+
+def htb_parent():
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    tc(f"qdisc add dev {SDEV} root handle 1: htb default 1")
+    tc(f"class add dev {SDEV} parent 1: classid 1:1 htb rate {RATE} "
+       f"ceil {RATE}")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+
+
+def test_under_tbf(chk):
+    urgent_share(chk, parse_rate(RATE), tbf_parent)
+
+
+def test_under_htb(chk):
+    urgent_share(chk, parse_rate(RATE), htb_parent)
+
+
+def test_own_rate(chk):
+    want = parse_rate("40mbit")
+    p3_root("rate 40mbit")
+    sink = Sink()
+    bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
+                "--seconds", "6", "--tag", BULK, "--group", "1"], wait=False)
+    time.sleep(1.5)
+    b0, t0 = qdisc_json()["bytes"], time.monotonic()
+    time.sleep(3)
+    b1, t1 = qdisc_json()["bytes"], time.monotonic()
+    bulk.wait(timeout=60)
+    sink.stop()
+    got = (b1 - b0) * 8 / (t1 - t0)
+    chk.note(f"wire rate {got / 1e6:.2f} Mbit/s for rate 40mbit "
+             f"({got / want:.3f})")
+    chk.expect(abs(got / want - 1) <= 0.05, "rate off by more than 5%")
+
+
+def test_lifecycle(chk):
+    p3_root()
+    sink = Sink()
+    bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
+                "--seconds", "8", "--tag", BULK, "--group", "1"], wait=False)
+    time.sleep(1.5)
+    for opts in ("bands 4 limit 20 rate 30mbit", "bands 16 tag dscp",
+                 "bands 8 tag priority limit 1000"):
+        tc(f"qdisc change dev {SDEV} root p3 {opts}")
+        q = qdisc_json()
+        chk.expect(q["qlen"] <= q["options"]["limit"],
+                   f"qlen {q['qlen']} over limit after change {opts}")
+        time.sleep(0.7)
+    tc(f"qdisc del dev {SDEV} root")
+    t_del = time.monotonic()
+    time.sleep(1.5)
+    p3_root()
+    time.sleep(1)
+    bulk.wait(timeout=60)
+    rep = sink.stop()
+    after = tcp_rate(rep, 1, t_del + 0.3, t_del + 1.3)
+    chk.note(f"bulk after delete {after / 1e6:.1f} Mbit/s")
+    chk.expect(after > 0, "traffic stopped after the qdisc was deleted")
+
+    r = sh("rmmod sch_p3 2>&1; echo rc=$?", check=False)
+    chk.expect("rc=0" not in r and "sch_p3" in sh("lsmod", check=False),
+               "sch_p3 unloaded while a p3 qdisc existed")
+    teardown()
+    sh("tc qdisc del dev lo root", check=False)
+    r = sh("rmmod sch_p3; echo rc=$?", check=False)
+    chk.expect("rc=0" in r, f"unload after delete failed: {r.strip()}")
+    chk.expect("sch_p3" not in sh("lsmod", check=False),
+               "sch_p3 still loaded")
+    sh("modprobe sch_p3")
+    topology()
+
+
+def slab_objects():
+    try:
+        with open("/sys/kernel/slab/p3_flow/objects") as f:
+            return int(f.read().split()[0])
+    except OSError:
+        for line in open("/proc/slabinfo"):
+            if line.startswith("p3_flow "):
+                return int(line.split()[1])
+    return None
+
+
+def test_gc_100k_flows(chk):
+    """100k forwarded flows (no local socket: keyed by hash); the flow
+    table must give every entry back once they go idle."""
+    sh("ip netns add p3rtr")
+    sh("ip link add g0 netns p3rtr type veth peer name g1 netns " + SND)
+    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
+    sh("ip link set g0 up", ns="p3rtr")
+    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
+    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
+    sh("ip link set g1 up", ns=SND)
+    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    p3_root("")
+    base = slab_objects()
+    x0 = qdisc_json()["xstats"]
+    t0 = time.monotonic()
+    p3t(["spray", RADDR, "--count", "100000"], ns="p3rtr")
+    spray_s = time.monotonic() - t0
+    x1 = qdisc_json()["xstats"]
+    time.sleep(3.5)
+    x2 = qdisc_json()["xstats"]
+    end = slab_objects()
+    created = x1["flows_created"] - x0["flows_created"]
+    chk.note(f"sprayed in {spray_s:.1f} s; flows created {created}, "
+             f"live right after {x1['flows']}, after idle {x2['flows']}; "
+             f"gc {x2['flows_gc'] - x0['flows_gc']}; slab objects "
+             f"{base} -> {end}")
+    chk.expect(created >= 99900, f"only {created} flows created")
+    chk.expect(x2["flows"] == 0, f"{x2['flows']} flows left after idle")
+    chk.expect(x2["flows_gc"] - x0["flows_gc"] >= 99900,
+               "idle flows not garbage-collected")
+    if base is not None:
+        chk.expect(end <= base, f"slab objects {end} above baseline {base}")
+    sh("ip netns del p3rtr")
+
+
+TESTS = [
+    ("strict_priority", test_strict_priority),
+    ("urgent_latency", test_urgent_latency),
+    ("no_reorder", test_no_reorder),
+    ("reorder_control_prio", test_reorder_control),
+    ("overflow_drops_least_urgent", test_overflow),
+    ("tag_sources", test_tag_sources),
+    ("under_tbf", test_under_tbf),
+    ("under_htb", test_under_htb),
+    ("own_rate", test_own_rate),
+    ("gc_100k_flows", test_gc_100k_flows),
+    ("lifecycle", test_lifecycle),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("-t", "--test", action="append",
+                    help="run only this test (repeatable)")
+    ap.add_argument("--prefix", default="", help="prefix of TAP names")
+    args = ap.parse_args()
+    tap = Tap(args.prefix)
+    sh("modprobe sch_p3")
+    klog = KernelLog()
+    for name, fn in TESTS:
+        if args.test and name not in args.test:
+            continue
+        chk = Check()
+        t0 = time.monotonic()
+        try:
+            topology()
+            fn(chk)
+        except Exception as e:  # a crashed test is a failed test
+            chk.failures.append(f"exception: {e!r}")
+        finally:
+            teardown()
+        for line in klog.new_problems():
+            chk.failures.append(f"kernel log: {line}")
+        chk.note(f"took {time.monotonic() - t0:.1f} s")
+        tap.result(not chk.failures, f"traffic: {name}",
+                   "\n".join(chk.notes + chk.failures))
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Shared pieces of the p3 VM selftests: TAP output, the kernel-log check,
+a two-host network-namespace topology, and qdisc/class statistics.
+
+Everything here runs as root inside the selftest VM (selftests/vm-run);
+traffic never leaves the VM's own namespaces.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+P3T = [sys.executable, os.path.join(HERE, "p3t.py")]
+
+# The sender and receiver hosts, joined by one veth pair.
+SND, RCV = "p3snd", "p3rcv"
+SDEV, RDEV = "s0", "r0"
+SADDR, RADDR = "10.199.0.1", "10.199.0.2"
+SADDR6, RADDR6 = "fd00:199::1", "fd00:199::2"
+PORT = 5201
+
+BAD_LOG = re.compile(r"WARNING:|BUG:|Oops|KASAN|UBSAN|kernel BUG|"
+                     r"general protection|Call Trace")
+
+
+def sh(cmd, check=True, ns=None, capture=True, timeout=120):
+    """Runs a shell command (in netns @ns) and returns its stdout."""
+    if ns:
+        cmd = f"ip netns exec {ns} {cmd}"
+    r = subprocess.run(cmd, shell=True, text=True, timeout=timeout,
+                       stdout=subprocess.PIPE if capture else None,
+                       stderr=subprocess.PIPE if capture else None)
+    if check and r.returncode:
+        raise RuntimeError(f"`{cmd}` exited {r.returncode}: "
+                           f"{(r.stderr or '').strip()}")
+    return r.stdout if capture else ""
+
+
+class Tap:
+    """kselftest-style TAP with a closing `N passed, N failed` line."""
+
+    def __init__(self, prefix=""):
+        self.n = self.passed = self.failed = self.skipped = 0
+        self.prefix = prefix
+        print("TAP version 13", flush=True)
+
+    def result(self, ok, name, diag=""):
+        self.n += 1
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+        for line in diag.splitlines():
+            print(f"# {line}")
+        print(f"{'ok' if ok else 'not ok'} {self.n} - {self.prefix}{name}",
+              flush=True)
+
+    def skip(self, name, why):
+        self.n += 1
+        self.skipped += 1
+        print(f"ok {self.n} - {self.prefix}{name} # SKIP {why}", flush=True)
+
+    def finish(self):
+        print(f"1..{self.n}")
+        print(f"# {self.passed} passed, {self.failed} failed, "
+              f"{self.skipped} skipped", flush=True)
+        return 1 if self.failed else 0
+
+
+class KernelLog:
+    """Finds WARNING/BUG/Oops lines the kernel logged since the last look."""
+
+    def __init__(self):
+        self.seen = len(self._lines())
+
+    @staticmethod
+    def _lines():
+        return sh("dmesg", check=False).splitlines()
+
+    def new_problems(self):
+        lines = self._lines()
+        new = lines[self.seen:]
+        self.seen = len(lines)
+        return [ln for ln in new if BAD_LOG.search(ln)]
+
+
+class Check:
+    """Collects numeric expectations of one test and explains failures."""
+
+    def __init__(self):
+        self.failures = []
+        self.notes = []
+
+    def note(self, msg):
+        self.notes.append(msg)
+
+    def expect(self, cond, msg):
+        if not cond:
+            self.failures.append(msg)
+        return cond
+
+
+def topology(ipv6=True):
+    """Two hosts, p3snd and p3rcv, joined by veth s0 <-> r0."""
+    teardown()
+    sh(f"ip netns add {SND}")
+    sh(f"ip netns add {RCV}")
+    sh(f"ip link add {SDEV} netns {SND} type veth peer name {RDEV} "
+       f"netns {RCV}")
+    for ns, dev, a, a6 in ((SND, SDEV, SADDR, SADDR6),
+                           (RCV, RDEV, RADDR, RADDR6)):
+        sh(f"ip addr add {a}/24 dev {dev}", ns=ns)
+        if ipv6:
+            sh(f"ip addr add {a6}/64 dev {dev} nodad", ns=ns)
+        sh(f"ip link set {dev} up", ns=ns)
+        sh("ip link set lo up", ns=ns)
+        # Segmentation offloads stay on: p3 must pace GSO packets whole.
+
+
+def teardown():
+    sh("pkill -f p3t.py", check=False)
+    for ns in (SND, RCV, "p3rtr"):
+        sh(f"ip netns del {ns}", check=False)
+    time.sleep(0.2)
+
+
+def tc(args, ns=SND):
+    return sh(f"tc {args}", ns=ns)
+
+
+_CLASS_RE = re.compile(
+    r"class p3 (?P<h>[0-9a-f]+):(?P<m>[0-9a-f]+) .*?\n"
+    r"\s*Sent (?P<bytes>\d+) bytes (?P<pkts>\d+) pkt \(dropped (?P<drops>\d+),"
+    r".*?\n\s*backlog (?P<backlog>\S+) (?P<qlen>\d+)p", re.S)
+
+
+def class_stats(dev=SDEV, ns=SND):
+    """Per-band statistics from `tc -s class show` (text: iproute2 6.1 has
+    no JSON for classes).  Returns {band: {bytes, pkts, drops, qlen}}."""
+    out = tc(f"-s class show dev {dev}", ns=ns)
+    bands = {}
+    for m in _CLASS_RE.finditer(out):
+        bands[int(m["m"], 16) - 1] = {k: int(m[k]) for k in
+                                      ("bytes", "pkts", "drops", "qlen")}
+    return bands
+
+
+def qdisc_json(dev=SDEV, ns=SND, kind="p3"):
+    """The p3 qdisc's `tc -s -j qdisc show` object (options, stats, xstats)."""
+    for q in json.loads(tc(f"-s -j qdisc show dev {dev}", ns=ns)):
+        if q.get("kind") == kind:
+            return q
+    raise RuntimeError(f"no {kind} qdisc on {dev}")
+
+
+def diff_bands(after, before):
+    return {b: {k: after[b][k] - before.get(b, {}).get(k, 0)
+                for k in after[b]} for b in after}
+
+
+class Sink:
+    """The p3t receiver in p3rcv; stop() returns its JSON report."""
+
+    def __init__(self, port=PORT):
+        self.out = f"/tmp/p3t-sink-{port}.json"
+        if os.path.exists(self.out):
+            os.unlink(self.out)
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", RCV] + P3T +
+            ["sink", "--port", str(port), "--out", self.out],
+            stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("p3t sink did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        with open(self.out) as f:
+            return json.load(f)
+
+
+def p3t(args, ns=SND, wait=True):
+    """Runs a p3t sender in the sender host."""
+    cmd = ["ip", "netns", "exec", ns] + P3T + args
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE,
+                          text=True, timeout=300).stdout
+
+
+def tcp_rate(report, group, t_from, t_to):
+    """Received bit rate of TCP group @group between two time.monotonic()
+    instants (the sink bins by the same clock)."""
+    bins = dict(report["tcp"].get(str(group), []))
+    width = report["bin"]
+    lo, hi = int(t_from / width), int(t_to / width)
+    total = sum(v for b, v in bins.items() if lo <= b < hi)
+    return total * 8 / ((hi - lo) * width)
+
+
+def parse_rate(text):
+    """'50mbit' -> bits per second."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", text)
+    mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[2]]
+    return float(m[1]) * mult
