@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The channel's private state, shared by chan*.c and listen.c. */
+#ifndef P3_CHAN_H
+#define P3_CHAN_H
+
+#include "internal.h"
+
+enum { P3_ROLE_TX = 1, P3_ROLE_RX };
+
+/* Sender: one queued message, its frames already encoded. */
+struct tx_msg {
+	uint64_t	iter;
+	uint32_t	prio;
+	uint64_t	seq;		/* arrival order breaks ties */
+	size_t		len;
+	size_t		sent;
+	uint8_t		data[];
+};
+
+struct tx_band {
+	int		fd;
+	int		err;		/* sticky: the band is dead */
+	struct tx_msg	*cur;		/* partly written; never preempted */
+	struct tx_msg	**heap;		/* min-heap on (iter, prio, seq) */
+	size_t		nheap;
+	size_t		cheap;
+};
+
+/* Receiver: what has arrived of one tensor, as disjoint sorted ranges. */
+struct rx_range {
+	uint64_t	start;
+	uint64_t	end;
+};
+
+struct rx_tensor {
+	uint32_t	id;
+	uint8_t		used;
+	uint8_t		done;
+	uint64_t	iter;
+	uint8_t		*buf;
+	uint64_t	size;
+	uint64_t	got;
+	uint64_t	t_first;
+	struct rx_range	*r;
+	size_t		nr;
+	size_t		cr;
+};
+
+struct rx_conn {
+	int		fd;
+	int		status;		/* 0 open, 1 clean EOF, < 0 error */
+	int		stalled;	/* header waits for p3_chan_expect() */
+	uint8_t		*buf;		/* the frame being received */
+	size_t		cap;
+	size_t		have;
+	size_t		need;		/* header only, then header + payload */
+	struct p3_frame	hdr;
+};
+
+struct p3_chan {
+	int			role;
+	unsigned int		bands;
+	uint64_t		id;
+	uint32_t		max_payload;
+
+	/* sender */
+	struct tx_band		tx[P3_MAX_BANDS];
+	size_t			queued;
+	size_t			max_queued;
+	uint64_t		seq;
+
+	/* receiver */
+	struct rx_conn		rx[P3_MAX_BANDS];
+	struct rx_tensor	*tab;		/* open addressing on id */
+	size_t			tab_cap;
+	size_t			tab_used;
+	size_t			pending;
+	struct p3_completion	*done;		/* ring */
+	size_t			done_head;
+	size_t			done_n;
+	size_t			done_cap;
+	int			err_report;	/* first unreported conn error */
+};
+
+struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload);
+int chan_wait_ms(uint64_t deadline_ns);
+uint64_t chan_deadline(int timeout_ms);
+
+int tx_pump(struct p3_chan *c, int timeout_ms);
+void tx_free(struct p3_chan *c);
+int tx_push_hello(struct p3_chan *c, unsigned int band);
+
+int rx_poll(struct p3_chan *c, int timeout_ms);
+void rx_free(struct p3_chan *c);
+/* Feed bytes to a receiving connection as if read() returned them; used by
+ * the stream fuzzer.  Returns 0, or the error that closed the connection. */
+int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len);
+int rx_attach(struct p3_chan *c, unsigned int band, int fd);
+
+#endif /* P3_CHAN_H */

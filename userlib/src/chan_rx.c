@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The receiving end of a channel: reassembly of tensors from slices.
+ *
+ * A frame is read whole into a per-connection buffer and checked (range,
+ * level, checksum) before one byte of it touches a tensor, so a bad frame
+ * can never damage data; the ranges already received are tracked so that
+ * a duplicate is refused rather than counted twice.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "chan.h"
+
+#define RX_READ_MAX	(1u << 20)	/* per read(), to keep bands fair */
+
+/* ------------------------------------------------------ the tensor table */
+
+static size_t tab_slot(uint32_t id, size_t cap)
+{
+	return (size_t)(id * 0x9e3779b1u) & (cap - 1);
+}
+
+static struct rx_tensor *tab_find(const struct p3_chan *c, uint32_t id)
+{
+	size_t i;
+
+	if (!c->tab_cap)
+		return NULL;
+	for (i = tab_slot(id, c->tab_cap); c->tab[i].used; i = (i + 1) & (c->tab_cap - 1))
+		if (c->tab[i].id == id)
+			return &c->tab[i];
+	return NULL;
+}
+
+static int tab_grow(struct p3_chan *c)
+{
+	size_t cap = c->tab_cap ? c->tab_cap * 2 : 64, i, j;
+	struct rx_tensor *t = calloc(cap, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	for (i = 0; i < c->tab_cap; i++) {
+		if (!c->tab[i].used)
+			continue;
+		for (j = tab_slot(c->tab[i].id, cap); t[j].used; j = (j + 1) & (cap - 1))
+			;
+		t[j] = c->tab[i];
+	}
+	free(c->tab);
+	c->tab = t;
+	c->tab_cap = cap;
+	return 0;
+}
+
+static struct rx_tensor *tab_insert(struct p3_chan *c, uint32_t id)
+{
+	struct rx_tensor *t = tab_find(c, id);
+	size_t i;
+
+	if (t)
+		return t;
+	/* At most half full, so probes stay short and always end. */
+	if ((c->tab_used + 1) * 2 > c->tab_cap && tab_grow(c))
+		return NULL;
+	for (i = tab_slot(id, c->tab_cap); c->tab[i].used; i = (i + 1) & (c->tab_cap - 1))
+		;
+	c->tab[i] = (struct rx_tensor){ .id = id, .used = 1, .done = 1 };
+	c->tab_used++;
+	return &c->tab[i];
+}
+
+P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
+			     uint64_t iter)
+{
+	struct rx_tensor *t;
+
+	if (!c || c->role != P3_ROLE_RX || !buf || !size)
+		return -EINVAL;
+	t = tab_find(c, tensor);
+	if (t && !t->done)
+		return -EBUSY;
+	if (t && iter < t->iter)
+		return -ESTALE;
+	t = tab_insert(c, tensor);
+	if (!t)
+		return -ENOMEM;
+	t->iter = iter;
+	t->buf = buf;
+	t->size = size;
+	t->got = 0;
+	t->nr = 0;
+	t->t_first = 0;
+	t->done = 0;
+	c->pending++;
+	return 0;
+}
+
+/* ---------------------------------------------------------- completions */
+
+static int done_push(struct p3_chan *c, const struct p3_completion *d)
+{
+	struct p3_completion *v;
+	size_t cap, i;
+
+	if (c->done_n == c->done_cap) {
+		cap = c->done_cap ? c->done_cap * 2 : 64;
+		v = malloc(cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		for (i = 0; i < c->done_n; i++)
+			v[i] = c->done[(c->done_head + i) % c->done_cap];
+		free(c->done);
+		c->done = v;
+		c->done_cap = cap;
+		c->done_head = 0;
+	}
+	c->done[(c->done_head + c->done_n++) % c->done_cap] = *d;
+	return 0;
+}
+
+P3_EXPORT int p3_chan_next(struct p3_chan *c, struct p3_completion *out)
+{
+	if (!c || !out || !c->done_n)
+		return 0;
+	*out = c->done[c->done_head];
+	c->done_head = (c->done_head + 1) % c->done_cap;
+	c->done_n--;
+	return 1;
+}
+
+/* ------------------------------------------------------- received ranges */
+
+/* Index of the first range that ends after start. */
+static size_t range_find(const struct rx_tensor *t, uint64_t start)
+{
+	size_t lo = 0, hi = t->nr, mid;
+
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (t->r[mid].end <= start)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int range_overlaps(const struct rx_tensor *t, uint64_t start, uint64_t end)
+{
+	size_t i = range_find(t, start);
+
+	return i < t->nr && t->r[i].start < end;
+}
+
+/* Record [start, end), known not to overlap, merging with neighbours. */
+static int range_add(struct rx_tensor *t, uint64_t start, uint64_t end)
+{
+	size_t i = range_find(t, start), cap;
+	struct rx_range *r;
+
+	if (i > 0 && t->r[i - 1].end == start) {
+		t->r[i - 1].end = end;
+		if (i < t->nr && t->r[i].start == end) {
+			t->r[i - 1].end = t->r[i].end;
+			memmove(&t->r[i], &t->r[i + 1], (t->nr - i - 1) * sizeof(*r));
+			t->nr--;
+		}
+		return 0;
+	}
+	if (i < t->nr && t->r[i].start == end) {
+		t->r[i].start = start;
+		return 0;
+	}
+	if (t->nr == t->cr) {
+		cap = t->cr ? t->cr * 2 : 4;
+		r = realloc(t->r, cap * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		t->r = r;
+		t->cr = cap;
+	}
+	memmove(&t->r[i + 1], &t->r[i], (t->nr - i) * sizeof(*t->r));
+	t->r[i] = (struct rx_range){ start, end };
+	t->nr++;
+	return 0;
+}
+
+/* ---------------------------------------------------------- the frames */
+
+/*
+ * Size of (tensor, iter) for the frame parser.  -EAGAIN means "not
+ * registered yet": the connection waits for p3_chan_expect().
+ */
+static int rx_tensor_size(void *ctx, uint32_t tensor, uint64_t iter, uint64_t *size)
+{
+	const struct rx_tensor *t = tab_find(ctx, tensor);
+
+	if (!t)
+		return -EAGAIN;
+	if (iter < t->iter)
+		return -P3_ESTALE;
+	if (iter > t->iter)
+		return -EAGAIN;
+	if (t->done)
+		return -P3_EDUP;
+	*size = t->size;
+	return 0;
+}
+
+static void rx_limits(struct p3_chan *c, struct p3_frame_limits *lim)
+{
+	*lim = (struct p3_frame_limits){
+		.bands = c->bands,
+		.max_payload = c->max_payload,
+		.tensor_size = rx_tensor_size,
+		.ctx = c,
+	};
+}
+
+static int rx_commit(struct p3_chan *c, const struct p3_frame *f)
+{
+	struct rx_tensor *t = tab_find(c, f->tensor);
+	uint64_t end = f->offset + f->length;
+	struct p3_completion d;
+	int err;
+
+	/* The parser already matched f against t; ranges are checked here. */
+	if (range_overlaps(t, f->offset, end))
+		return -P3_EDUP;
+	err = range_add(t, f->offset, end);
+	if (err)
+		return err;
+	memcpy(t->buf + f->offset, f->payload, f->length);
+	if (!t->t_first)
+		t->t_first = p3_now_ns();
+	t->got += f->length;
+	if (t->got < t->size)
+		return 0;
+	t->done = 1;
+	c->pending--;
+	d = (struct p3_completion){ .tensor = t->id, .iter = t->iter, .bytes = t->size,
+				    .t_first_ns = t->t_first, .t_done_ns = p3_now_ns() };
+	return done_push(c, &d);
+}
+
+static int conn_reserve(struct rx_conn *k, size_t size)
+{
+	uint8_t *b;
+
+	if (size <= k->cap)
+		return 0;
+	b = realloc(k->buf, size);
+	if (!b)
+		return -ENOMEM;
+	k->buf = b;
+	k->cap = size;
+	return 0;
+}
+
+/* A whole header is in k->buf: check it, then size the payload read. */
+static int conn_header(struct p3_chan *c, struct rx_conn *k)
+{
+	struct p3_frame_limits lim;
+	int err;
+
+	rx_limits(c, &lim);
+	err = p3_frame_parse_header(k->buf, k->have, &lim, &k->hdr);
+	k->stalled = err == -EAGAIN;
+	if (err)
+		return k->stalled ? 0 : err;
+	if (k->hdr.type != P3_FRAME_DATA)
+		return -P3_EBADFRAME;	/* a second hello */
+	/* Levels and connections map 1:1; anything else is misrouted. */
+	if (k->hdr.level != (unsigned int)(k - c->rx))
+		return -P3_ELEVEL;
+	k->need = P3_FRAME_HDR_LEN + (size_t)k->hdr.length;
+	return conn_reserve(k, k->need);
+}
+
+/* A whole frame is in k->buf: check all of it again, then store it. */
+static int conn_frame(struct p3_chan *c, struct rx_conn *k)
+{
+	struct p3_frame_limits lim;
+	struct p3_frame f;
+	int n;
+
+	rx_limits(c, &lim);
+	n = p3_frame_parse(k->buf, k->have, &lim, &f);
+	if (n < 0)
+		return n == -EAGAIN ? -P3_EDUP : n;
+	k->have = 0;
+	k->need = P3_FRAME_HDR_LEN;
+	return rx_commit(c, &f);
+}
+
+static int conn_step(struct p3_chan *c, struct rx_conn *k)
+{
+	if (k->have < k->need)
+		return 0;
+	if (k->need == P3_FRAME_HDR_LEN)
+		return conn_header(c, k);
+	return conn_frame(c, k);
+}
+
+static void conn_close(struct p3_chan *c, struct rx_conn *k, int status)
+{
+	if (k->fd >= 0)
+		close(k->fd);
+	k->fd = -1;
+	k->status = status;
+	k->stalled = 0;
+	free(k->buf);
+	k->buf = NULL;
+	k->cap = 0;
+	k->have = 0;
+	if (status < 0 && !c->err_report)
+		c->err_report = status;
+}
+
+/* Read and process what one connection has; stops at a stall. */
+static void conn_read(struct p3_chan *c, struct rx_conn *k)
+{
+	size_t budget = RX_READ_MAX;
+	ssize_t n;
+	int err;
+
+	while (!k->status && !k->stalled && budget) {
+		n = read(k->fd, k->buf + k->have, k->need - k->have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			/* EOF between frames is a clean close, inside one is not. */
+			conn_close(c, k, n < 0 ? -errno : k->have ? -P3_ETRUNC : 1);
+			return;
+		}
+		k->have += n;
+		budget = (size_t)n < budget ? budget - n : 0;
+		err = conn_step(c, k);
+		if (err)
+			conn_close(c, k, err);
+	}
+}
+
+static int conn_init(struct rx_conn *k)
+{
+	k->have = 0;
+	k->need = P3_FRAME_HDR_LEN;
+	return conn_reserve(k, P3_FRAME_HDR_LEN);
+}
+
+int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len)
+{
+	struct rx_conn *k = &c->rx[band];
+	const uint8_t *p = data;
+	size_t take;
+	int err;
+
+	if (!k->buf && !k->status && conn_init(k))
+		return -ENOMEM;
+	while (len && !k->status && !k->stalled) {
+		take = k->need - k->have < len ? k->need - k->have : len;
+		memcpy(k->buf + k->have, p, take);
+		k->have += take;
+		p += take;
+		len -= take;
+		err = conn_step(c, k);
+		if (err)
+			conn_close(c, k, err);
+	}
+	return k->status < 0 ? k->status : 0;
+}
+
+/* Give stalled connections another look after p3_chan_expect(). */
+static void rx_unstall(struct p3_chan *c)
+{
+	unsigned int b;
+	int err;
+
+	for (b = 0; b < c->bands; b++) {
+		if (!c->rx[b].stalled)
+			continue;
+		err = conn_header(c, &c->rx[b]);
+		if (err)
+			conn_close(c, &c->rx[b], err);
+	}
+}
+
+static int rx_take_error(struct p3_chan *c)
+{
+	int err = c->err_report;
+
+	c->err_report = 0;
+	return err;
+}
+
+/* Open, readable-in-principle connections into pfd; returns the count
+ * and sets *open to whether any connection at all is still open. */
+static unsigned int rx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned int *map,
+			       int *open)
+{
+	unsigned int b, n = 0;
+
+	*open = 0;
+	for (b = 0; b < c->bands; b++) {
+		if (c->rx[b].status)
+			continue;
+		*open = 1;
+		if (c->rx[b].stalled)
+			continue;
+		pfd[n] = (struct pollfd){ .fd = c->rx[b].fd, .events = POLLIN };
+		map[n++] = b;
+	}
+	return n;
+}
+
+int rx_poll(struct p3_chan *c, int timeout_ms)
+{
+	uint64_t deadline = chan_deadline(timeout_ms);
+	struct pollfd pfd[P3_MAX_BANDS];
+	unsigned int map[P3_MAX_BANDS], n, i;
+	int open, r;
+
+	for (;;) {
+		rx_unstall(c);
+		n = rx_pollset(c, pfd, map, &open);
+		if (c->err_report)
+			return rx_take_error(c);
+		if (!open)
+			return c->done_n ? (int)c->done_n : c->pending ? -P3_EINCOMPLETE : -EPIPE;
+		r = poll(pfd, n, c->done_n ? 0 : chan_wait_ms(deadline));
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		for (i = 0; r > 0 && i < n; i++)
+			if (pfd[i].revents)
+				conn_read(c, &c->rx[map[i]]);
+		if (c->err_report)
+			return rx_take_error(c);
+		if (c->done_n || !chan_wait_ms(deadline))
+			return (int)c->done_n;
+	}
+}
+
+void rx_free(struct p3_chan *c)
+{
+	size_t i;
+
+	for (i = 0; i < P3_MAX_BANDS; i++) {
+		free(c->rx[i].buf);
+		c->rx[i].buf = NULL;
+	}
+	for (i = 0; i < c->tab_cap; i++)
+		free(c->tab[i].r);
+	free(c->tab);
+	free(c->done);
+	c->tab = NULL;
+	c->done = NULL;
+}
+
+/* Take over connection fd as band b of a receiving channel. */
+int rx_attach(struct p3_chan *c, unsigned int band, int fd)
+{
+	c->rx[band].fd = fd;
+	c->rx[band].status = 0;
+	return conn_init(&c->rx[band]);
+}

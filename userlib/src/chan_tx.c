@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The sending end of a channel.  Each band has its own TCP connection and
+ * its own priority queue.  The kernel (sch_p3) orders packets across
+ * bands; this file orders messages inside a band, which the kernel cannot
+ * do because it must never reorder one flow.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "chan.h"
+
+/* ------------------------------------------------------------- the heap */
+
+static int msg_before(const struct tx_msg *a, const struct tx_msg *b)
+{
+	if (a->iter != b->iter)
+		return a->iter < b->iter;	/* finish an iteration first */
+	if (a->prio != b->prio)
+		return a->prio < b->prio;
+	return a->seq < b->seq;
+}
+
+static void heap_swap(struct tx_msg **h, size_t i, size_t j)
+{
+	struct tx_msg *t = h[i];
+
+	h[i] = h[j];
+	h[j] = t;
+}
+
+static int heap_push(struct tx_band *tb, struct tx_msg *m)
+{
+	struct tx_msg **h;
+	size_t i, cap;
+
+	if (tb->nheap == tb->cheap) {
+		cap = tb->cheap ? tb->cheap * 2 : 16;
+		h = realloc(tb->heap, cap * sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		tb->heap = h;
+		tb->cheap = cap;
+	}
+	h = tb->heap;
+	i = tb->nheap++;
+	h[i] = m;
+	for (; i && msg_before(h[i], h[(i - 1) / 2]); i = (i - 1) / 2)
+		heap_swap(h, i, (i - 1) / 2);
+	return 0;
+}
+
+static struct tx_msg *heap_pop(struct tx_band *tb)
+{
+	struct tx_msg **h = tb->heap, *top;
+	size_t i = 0, l, best;
+
+	if (!tb->nheap)
+		return NULL;
+	top = h[0];
+	h[0] = h[--tb->nheap];
+	for (;;) {
+		best = i;
+		l = 2 * i + 1;
+		if (l < tb->nheap && msg_before(h[l], h[best]))
+			best = l;
+		if (l + 1 < tb->nheap && msg_before(h[l + 1], h[best]))
+			best = l + 1;
+		if (best == i)
+			return top;
+		heap_swap(h, i, best);
+		i = best;
+	}
+}
+
+/* --------------------------------------------------------------- writing */
+
+/* A dead band loses what it held; the caller learns through its error. */
+static void band_fail(struct p3_chan *c, struct tx_band *tb, int err)
+{
+	struct tx_msg *m;
+
+	tb->err = err;
+	if (tb->cur) {
+		c->queued -= tb->cur->len - tb->cur->sent;
+		free(tb->cur);
+		tb->cur = NULL;
+	}
+	while ((m = heap_pop(tb))) {
+		c->queued -= m->len;
+		free(m);
+	}
+	if (tb->fd >= 0)
+		close(tb->fd);
+	tb->fd = -1;
+}
+
+/* Write what the socket takes.  Preemption happens here: a message is
+ * chosen only when the previous one is completely written. */
+static void band_write(struct p3_chan *c, struct tx_band *tb)
+{
+	ssize_t n;
+
+	while (!tb->err) {
+		if (!tb->cur)
+			tb->cur = heap_pop(tb);
+		if (!tb->cur)
+			return;
+		n = send(tb->fd, tb->cur->data + tb->cur->sent, tb->cur->len - tb->cur->sent,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			band_fail(c, tb, n < 0 ? -errno : -EPIPE);
+			return;
+		}
+		tb->cur->sent += n;
+		c->queued -= n;
+		if (tb->cur->sent == tb->cur->len) {
+			free(tb->cur);
+			tb->cur = NULL;
+		}
+	}
+}
+
+static int band_busy(const struct tx_band *tb)
+{
+	return !tb->err && (tb->cur || tb->nheap);
+}
+
+/* First error among the bands, so that a lost band is never silent. */
+static int tx_error(const struct p3_chan *c)
+{
+	unsigned int b;
+
+	for (b = 0; b < c->bands; b++)
+		if (c->tx[b].err)
+			return c->tx[b].err;
+	return 0;
+}
+
+/* Wait for writable sockets and write, once.  0, or -errno from poll. */
+static int tx_step(struct p3_chan *c, int wait_ms)
+{
+	struct pollfd pfd[P3_MAX_BANDS];
+	unsigned int b, n = 0, map[P3_MAX_BANDS];
+	int r;
+
+	for (b = 0; b < c->bands; b++) {
+		if (!band_busy(&c->tx[b]))
+			continue;
+		pfd[n] = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT };
+		map[n++] = b;
+	}
+	if (!n)
+		return 0;
+	r = poll(pfd, n, wait_ms);
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	for (b = 0; b < n; b++)
+		if (pfd[b].revents)
+			band_write(c, &c->tx[map[b]]);
+	return 0;
+}
+
+int tx_pump(struct p3_chan *c, int timeout_ms)
+{
+	uint64_t deadline = chan_deadline(timeout_ms);
+	int err;
+
+	do {
+		err = tx_step(c, chan_wait_ms(deadline));
+		if (err)
+			return err;
+		if (!c->queued)
+			break;
+	} while (chan_wait_ms(deadline));
+	err = tx_error(c);
+	return err;
+}
+
+P3_EXPORT int p3_chan_flush(struct p3_chan *c, int timeout_ms)
+{
+	uint64_t deadline = chan_deadline(timeout_ms);
+	int err;
+
+	if (!c || c->role != P3_ROLE_TX)
+		return -EINVAL;
+	while (c->queued) {
+		err = tx_step(c, chan_wait_ms(deadline));
+		if (err)
+			return err;
+		if (c->queued && !chan_wait_ms(deadline))
+			return -ETIMEDOUT;
+	}
+	return tx_error(c);
+}
+
+void tx_free(struct p3_chan *c)
+{
+	unsigned int b;
+
+	for (b = 0; b < P3_MAX_BANDS; b++) {
+		band_fail(c, &c->tx[b], 0);
+		free(c->tx[b].heap);
+		c->tx[b].heap = NULL;
+	}
+}
+
+/* ------------------------------------------------------------- queueing */
+
+/* Wire size of a message, or 0 if a slice is unusable or it overflows. */
+static size_t msg_wire_size(const struct p3_chan *c, const struct p3_send *s, size_t n)
+{
+	uint64_t total = 0, frames;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (!s[i].data || !s[i].length || s[i].offset > UINT64_MAX - s[i].length)
+			return 0;
+		frames = (s[i].length + c->max_payload - 1) / c->max_payload;
+		if (s[i].length > SIZE_MAX / 2 || frames > SIZE_MAX / 2 / P3_FRAME_HDR_LEN)
+			return 0;
+		total += s[i].length + frames * P3_FRAME_HDR_LEN;
+		if (total > SIZE_MAX / 2)
+			return 0;
+	}
+	return total;
+}
+
+/* Encode the slices as frames no longer than max_payload each. */
+static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int level,
+		       const struct p3_send *s, size_t n)
+{
+	uint8_t *p = m->data;
+	uint64_t off, len;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		for (off = 0; off < s[i].length; off += len) {
+			struct p3_frame f = {
+				.type = P3_FRAME_DATA,
+				.level = level,
+				.tensor = s[i].tensor,
+				.offset = s[i].offset + off,
+				.iter = m->iter,
+			};
+
+			len = s[i].length - off;
+			if (len > c->max_payload)
+				len = c->max_payload;
+			f.length = (uint32_t)len;
+			memcpy(p + P3_FRAME_HDR_LEN, (const uint8_t *)s[i].data + off, len);
+			p3_frame_header(p, &f, p + P3_FRAME_HDR_LEN);
+			p += P3_FRAME_HDR_LEN + len;
+		}
+	}
+}
+
+/* Make room for size more bytes, writing meanwhile; -EAGAIN on timeout. */
+static int tx_make_room(struct p3_chan *c, struct tx_band *tb, size_t size, int timeout_ms)
+{
+	uint64_t deadline = chan_deadline(timeout_ms);
+	int err;
+
+	/* An empty queue takes any message, or a huge one could never go. */
+	while (c->queued && c->queued + size > c->max_queued) {
+		if (!chan_wait_ms(deadline))
+			return -EAGAIN;
+		err = tx_step(c, chan_wait_ms(deadline));
+		if (err)
+			return err;
+		if (tb->err)
+			return tb->err;
+	}
+	return 0;
+}
+
+P3_EXPORT int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t prio,
+			       uint64_t iter, const struct p3_send *s, size_t n, int timeout_ms)
+{
+	struct tx_band *tb;
+	struct tx_msg *m;
+	size_t size;
+	int err;
+
+	if (!c || c->role != P3_ROLE_TX || !s || !n)
+		return -EINVAL;
+	if (level >= c->bands)
+		return -ERANGE;
+	tb = &c->tx[level];
+	if (tb->err)
+		return tb->err;
+	size = msg_wire_size(c, s, n);
+	if (!size)
+		return -EINVAL;
+	err = tx_make_room(c, tb, size, timeout_ms);
+	if (err)
+		return err;
+	m = malloc(sizeof(*m) + size);
+	if (!m)
+		return -ENOMEM;
+	*m = (struct tx_msg){ .iter = iter, .prio = prio, .seq = c->seq++, .len = size };
+	msg_encode(c, m, level, s, n);
+	err = heap_push(tb, m);
+	if (err) {
+		free(m);
+		return err;
+	}
+	c->queued += size;
+	/* Start at once: an idle band should not wait for the next poll. */
+	band_write(c, tb);
+	return tb->err;
+}
+
+P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
+			   uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
+			   int timeout_ms)
+{
+	struct p3_send s = { .tensor = tensor, .offset = offset, .data = data, .length = length };
+
+	return p3_chan_send_msg(c, level, prio, iter, &s, 1, timeout_ms);
+}
+
+P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
+				const void *const *bufs, uint64_t iter, int timeout_ms)
+{
+	struct p3_send v[64];
+	size_t i = 0, k;
+	uint32_t prio;
+	int err;
+
+	if (!c || (n && (!s || !bufs)))
+		return -EINVAL;
+	while (i < n) {
+		/* One message per msg id; very long merged runs go as several. */
+		prio = s[i].prio;
+		for (k = 0; i + k < n && k < ARRAY_SIZE(v) && s[i + k].msg == s[i].msg; k++) {
+			if (s[i + k].level != s[i].level || !bufs[s[i + k].tensor])
+				return -EINVAL;
+			v[k] = (struct p3_send){ .tensor = s[i + k].tensor,
+						 .offset = s[i + k].offset,
+						 .data = (const uint8_t *)bufs[s[i + k].tensor] +
+							 s[i + k].offset,
+						 .length = s[i + k].length };
+			if (s[i + k].prio < prio)
+				prio = s[i + k].prio;
+		}
+		err = p3_chan_send_msg(c, s[i].level, prio, iter, v, k, timeout_ms);
+		if (err)
+			return err;
+		i += k;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------- connecting */
+
+int tx_push_hello(struct p3_chan *c, unsigned int band)
+{
+	size_t len = P3_FRAME_HDR_LEN + P3_HELLO_LEN;
+	struct tx_msg *m = malloc(sizeof(*m) + len);
+
+	if (!m)
+		return -ENOMEM;
+	*m = (struct tx_msg){ .len = len };
+	p3_hello_build(m->data, c->id, band, c->bands);
+	/* As the current message it goes before anything queued later. */
+	c->tx[band].cur = m;
+	c->queued += len;
+	return 0;
+}
+
+static uint64_t random_id(void)
+{
+	uint64_t id = 0;
+
+	if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+		id = p3_now_ns() ^ ((uint64_t)getpid() << 32);
+	return id ? id : 1;
+}
+
+/* Socket for band b: tagged before connect() so the SYN carries it too. */
+static int band_socket(const struct addrinfo *ai, unsigned int b, const struct p3_chan_opts *o)
+{
+	int fd, one = 1, err;
+
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    ai->ai_protocol);
+	if (fd < 0)
+		return -errno;
+	err = p3_tag_ex(fd, b, o->tag_method, o->notsent_lowat);
+	/* Frames are complete units; Nagle would only hold back a tail. */
+	if (!err && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+		err = -errno;
+	if (!err && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS)
+		err = -errno;
+	if (err) {
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static int wait_connected(struct p3_chan *c, int timeout_ms)
+{
+	uint64_t deadline = chan_deadline(timeout_ms);
+	struct pollfd pfd;
+	socklen_t len;
+	unsigned int b;
+	int r, soerr;
+
+	for (b = 0; b < c->bands; b++) {
+		pfd = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT };
+		do
+			r = poll(&pfd, 1, chan_wait_ms(deadline));
+		while (r < 0 && errno == EINTR);
+		if (r < 0)
+			return -errno;
+		if (!r)
+			return -ETIMEDOUT;
+		len = sizeof(soerr);
+		if (getsockopt(pfd.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+			return -errno;
+		if (soerr)
+			return -soerr;
+	}
+	return 0;
+}
+
+static int connect_addr(struct p3_chan *c, const struct addrinfo *ai,
+			const struct p3_chan_opts *o)
+{
+	unsigned int b;
+	int fd, err;
+
+	for (b = 0; b < c->bands; b++) {
+		fd = band_socket(ai, b, o);
+		if (fd < 0)
+			return fd;
+		c->tx[b].fd = fd;
+	}
+	err = wait_connected(c, o->timeout_ms);
+	for (b = 0; !err && b < c->bands; b++)
+		err = tx_push_hello(c, b);
+	return err;
+}
+
+static void close_bands(struct p3_chan *c)
+{
+	unsigned int b;
+
+	for (b = 0; b < c->bands; b++)
+		band_fail(c, &c->tx[b], 0);
+}
+
+static int check_opts(const struct p3_chan_opts *o)
+{
+	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
+		return -EINVAL;
+	return 0;
+}
+
+P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p3_chan_opts *opts,
+			      struct p3_chan **out)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
+	struct p3_chan_opts o;
+	struct p3_chan *c;
+	int err;
+
+	if (!out || !port)
+		return -EINVAL;
+	*out = NULL;
+	if (opts)
+		o = *opts;
+	else
+		p3_chan_opts_init(&o);
+	err = check_opts(&o);
+	if (err)
+		return err;
+	err = getaddrinfo(host, port, &hints, &res);
+	if (err)
+		return err == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
+	c = chan_alloc(P3_ROLE_TX, o.bands, o.chan_id ? o.chan_id : random_id(), o.max_payload);
+	err = c ? -ECONNREFUSED : -ENOMEM;
+	for (ai = res; c && ai; ai = ai->ai_next) {
+		err = connect_addr(c, ai, &o);
+		if (!err)
+			break;
+		close_bands(c);
+	}
+	freeaddrinfo(res);
+	if (err) {
+		p3_chan_close(c);
+		return err;
+	}
+	c->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
+	for (unsigned int b = 0; b < c->bands; b++)
+		band_write(c, &c->tx[b]);
+	*out = c;
+	return 0;
+}

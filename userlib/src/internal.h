@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Private declarations shared by libp3's source files. */
+#ifndef P3_INTERNAL_H
+#define P3_INTERNAL_H
+
+#include <endian.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "p3.h"
+
+#define P3_EXPORT	__attribute__((visibility("default")))
+#define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+	v = htobe32(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static inline void put_be64(uint8_t *p, uint64_t v)
+{
+	v = htobe64(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static inline uint32_t get_be32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return be32toh(v);
+}
+
+static inline uint64_t get_be64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return be64toh(v);
+}
+
+/* tag.c: resolve P3_METHOD_DEFAULT to the process-wide method. */
+int p3_tag_resolve(int method);
+
+/* error.c: remember the kernel's extended ack for p3_last_extack(). */
+void p3_set_extack(const char *msg, size_t len);
+
+/* Netlink reply parsers (nlparse.c), kept free of sockets for fuzzing. */
+struct p3_nl_dump {
+	uint32_t		ifindex;
+	uint32_t		parent;		/* 0 = any */
+	uint32_t		handle;		/* 0 = any p3 */
+	int			found;		/* a p3 qdisc matched */
+	int			other_kind;	/* a non-p3 qdisc sat at parent */
+	struct p3_qdisc_stats	*st;
+};
+
+/*
+ * Walk a buffer of netlink messages from an RTM_GETQDISC or RTM_GETTCLASS
+ * dump and fold what matches d into d->st.  Returns 1 when NLMSG_DONE was
+ * seen, 0 when more is to come, or a negative error (an NLMSG_ERROR's
+ * errno, or -P3_ENLPARSE).
+ */
+int p3_nl_parse_qdiscs(const void *buf, size_t len, struct p3_nl_dump *d);
+int p3_nl_parse_classes(const void *buf, size_t len, struct p3_nl_dump *d);
+
+/* Parse an ack: 1 and 0 stored in *err for success, the errno otherwise;
+ * the extack text (if any) goes to p3_set_extack().  0 if buf holds no
+ * ack, -P3_ENLPARSE if it is malformed. */
+int p3_nl_parse_ack(const void *buf, size_t len, uint32_t seq, int *err);
+
+#endif /* P3_INTERNAL_H */
