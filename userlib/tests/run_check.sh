@@ -1,0 +1,93 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# Run libp3's host tests: the C suites, the same suites under ASan+UBSan,
+# the libFuzzer targets for a bounded time, and the Python binding tests.
+# Every suite prints TAP lines; a suite that dies (signal, sanitizer) gets
+# one extra "not ok" line so it cannot pass by printing nothing.
+set -u
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+: "${BUILD:=$HERE/../../build}"
+: "${PYTHON:=/usr/bin/python3}"
+: "${FUZZ_TIME:=20}"
+: "${TESTS:=test_frame test_plan}"
+: "${FUZZERS:=}"
+BUILD=$(cd "$BUILD" && pwd)
+O=$BUILD/userlib
+OA=$BUILD/userlib-asan
+OF=$BUILD/userlib-fuzz
+failed=0
+
+# Sanitizer failures exit with codes no test uses on its own.
+export ASAN_OPTIONS=exitcode=86:detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87
+
+run_suite() {	# name prefix binary...
+	local name=$1 prefix=$2 rc
+	shift 2
+	echo "# suite: $name"
+	TAP_PREFIX=$prefix "$@"
+	rc=$?
+	if [ $rc -eq 1 ]; then
+		failed=1
+	elif [ $rc -ne 0 ]; then
+		echo "not ok 1 - ${prefix}$name exited with status $rc (crash or sanitizer report)"
+		failed=1
+	fi
+}
+
+for t in $TESTS; do
+	run_suite "$t" "" "$O/$t"
+done
+for t in $TESTS; do
+	run_suite "$t" "asan: " "$OA/$t"
+done
+
+run_fuzzer() {	# name seconds -> TAP line
+	local f=$1 secs=$2 dir log execs crashes
+	dir=$OF/corpus-$f
+	log=$OF/$f.log
+	mkdir -p "$dir" "$OF/artifacts-$f"
+	P3_FUZZ_SEEDS=$dir "$OF/$f" -max_total_time="$secs" -print_final_stats=1 \
+		-timeout=10 -rss_limit_mb=1024 -artifact_prefix="$OF/artifacts-$f/" \
+		"$dir" >"$log" 2>&1
+	rc=$?
+	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+	crashes=$(find "$OF/artifacts-$f" -type f | wc -l)
+	if [ $rc -eq 0 ] && [ "$crashes" -eq 0 ] && [ -n "$execs" ]; then
+		echo "ok - $f: ${execs} execs in ${secs}s, 0 crashes"
+	else
+		echo "not ok - $f: exit $rc, ${execs:-?} execs, $crashes crash files (see $log)"
+	fi
+}
+
+if [ -n "$FUZZERS" ]; then
+	echo "# suite: fuzzers (${FUZZ_TIME}s each, two at a time)"
+	n=0
+	set -- $FUZZERS
+	while [ $# -gt 0 ]; do
+		a=$1; shift
+		b=${1:-}; [ $# -gt 0 ] && shift
+		run_fuzzer "$a" "$FUZZ_TIME" >"$OF/$a.tap" &
+		[ -n "$b" ] && run_fuzzer "$b" "$FUZZ_TIME" >"$OF/$b.tap" &
+		wait
+		for f in $a $b; do
+			n=$((n + 1))
+			line=$(cat "$OF/$f.tap")
+			echo "${line/ok - /ok $n - }"
+			case $line in not*) failed=1 ;; esac
+		done
+	done
+fi
+
+if [ -f "$HERE/test_python.py" ]; then
+	echo "# suite: python"
+	P3_LIB=$O/libp3.so PYTHONPATH=$HERE/../python "$PYTHON" "$HERE/test_python.py"
+	rc=$?
+	if [ $rc -gt 1 ]; then
+		echo "not ok 1 - python suite exited with status $rc"
+	fi
+	[ $rc -ne 0 ] && failed=1
+fi
+
+exit $failed
