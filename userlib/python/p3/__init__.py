@@ -1,0 +1,602 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""p3: Python binding of libp3 (Priority-based Parameter Propagation).
+
+Tag sockets for the sch_p3 qdisc, plan how gradients are sliced and
+prioritised, move them over a multi-band channel, and control the qdisc.
+The API is documented at the top of docs/libp3.md; every failure raises
+p3.Error (an OSError).
+"""
+
+import collections
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+import time
+
+__all__ = [
+    'Error', 'Tensor', 'Slice', 'Completion', 'Channel', 'Listener',
+    'tag', 'tag_get', 'tag_config', 'plan', 'suggest_slice', 'now_ns',
+    'qdisc_add', 'qdisc_change', 'qdisc_replace', 'qdisc_del', 'qdisc_stats',
+    'DEFAULT_SLICE', 'MAX_BANDS',
+]
+
+DEFAULT_SLICE = 200000
+MAX_BANDS = 64
+ERRBASE = 0x3000
+
+_METHODS = {None: 0, 'default': 0, 'dscp': 1, 'priority': 2, 'prio': 2,
+            'mark': 3}
+_METHOD_NAMES = {1: 'dscp', 2: 'priority', 3: 'mark'}
+
+
+# ------------------------------------------------------------ the library
+
+def _candidates():
+    env = os.environ.get('P3_LIB')
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    # userlib/python/p3 -> <repo>/build/userlib/libp3.so
+    yield os.path.join(here, '..', '..', '..', 'build', 'userlib', 'libp3.so')
+    found = ctypes.util.find_library('p3')
+    if found:
+        yield found
+    yield 'libp3.so.1'
+
+
+def _load():
+    last = None
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path, use_errno=True)
+        except OSError as e:
+            last = e
+    raise ImportError('p3: cannot load libp3.so (set P3_LIB): %s' % last)
+
+
+_lib = _load()
+
+_u8, _u32, _u64 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64
+_int, _uint, _size = ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
+_vp, _cp = ctypes.c_void_p, ctypes.c_char_p
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [('name', _cp), ('bytes', _u64), ('fwd', _u32)]
+
+
+class _PlanOpts(ctypes.Structure):
+    _fields_ = [('bands', _uint), ('slice_bytes', _u64), ('merge_bytes', _u64),
+                ('alpha_s', ctypes.c_double),
+                ('beta_s_per_byte', ctypes.c_double)]
+
+
+class _Slice(ctypes.Structure):
+    _fields_ = [('tensor', _u32), ('msg', _u32), ('offset', _u64),
+                ('length', _u64), ('prio', _u32), ('level', _u8)]
+
+
+class _ChanOpts(ctypes.Structure):
+    _fields_ = [('bands', _uint), ('tag_method', _int),
+                ('notsent_lowat', _int), ('chan_id', _u64),
+                ('max_queued', _size), ('max_payload', _u32),
+                ('timeout_ms', _int)]
+
+
+class _Completion(ctypes.Structure):
+    _fields_ = [('tensor', _u32), ('iter', _u64), ('bytes', _u64),
+                ('t_first_ns', _u64), ('t_done_ns', _u64)]
+
+
+class _QdiscOpts(ctypes.Structure):
+    _fields_ = [('mask', _u32), ('bands', _u8), ('defband', _u8), ('tag', _u8),
+                ('limit', _u32), ('memory', _u32), ('quantum', _u32),
+                ('rate', _u64)]
+
+
+class _BandStats(ctypes.Structure):
+    _fields_ = [('packets', _u64), ('bytes', _u64), ('drops', _u32),
+                ('overlimits', _u32), ('requeues', _u32), ('backlog', _u32),
+                ('qlen', _u32)]
+
+
+_XSTATS = ('flows', 'flows_active', 'flows_created', 'flows_gc',
+           'preemptions', 'boosts', 'untagged', 'drops_limit', 'drops_memory',
+           'drops_alloc', 'throttled')
+
+
+class _XStats(ctypes.Structure):
+    _fields_ = [(n, _u32 if i < 2 else _u64) for i, n in enumerate(_XSTATS)]
+
+
+class _QdiscStats(ctypes.Structure):
+    _fields_ = [('handle', _u32), ('parent', _u32), ('opts', _QdiscOpts),
+                ('total', _BandStats), ('have_xstats', _int),
+                ('xstats', _XStats), ('nbands', _uint),
+                ('band', _BandStats * MAX_BANDS)]
+
+
+def _proto(name, res, *args):
+    f = getattr(_lib, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+_P = ctypes.POINTER
+_strerror = _proto('p3_strerror', _cp, _int)
+_last_extack = _proto('p3_last_extack', _cp)
+_now_ns = _proto('p3_now_ns', _u64)
+_tag_ex = _proto('p3_tag_ex', _int, _int, _uint, _int, _int)
+_tag_get = _proto('p3_tag_get', _int, _int, _int)
+_tag_config = _proto('p3_tag_config', _int, _int, _int)
+_plan = _proto('p3_plan', _int, _P(_Tensor), _size, _P(_PlanOpts),
+               _P(_P(_Slice)), _P(_size))
+_plan_free = _proto('p3_plan_free', None, _P(_Slice))
+_suggest = _proto('p3_plan_suggest_slice', _u64, ctypes.c_double,
+                  ctypes.c_double, ctypes.c_double, ctypes.c_double)
+_opts_init = _proto('p3_chan_opts_init', None, _P(_ChanOpts))
+_connect = _proto('p3_chan_connect', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
+_send = _proto('p3_chan_send', _int, _vp, _uint, _u32, _u64, _u32, _u64, _vp,
+               _u64, _int)
+_send_plan = _proto('p3_chan_send_plan', _int, _vp, _P(_Slice), _size,
+                    _P(_vp), _u64, _int)
+_queued = _proto('p3_chan_queued', _size, _vp)
+_flush = _proto('p3_chan_flush', _int, _vp, _int)
+_listen = _proto('p3_listen', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
+_listener_port = _proto('p3_listener_port', _int, _vp)
+_accept = _proto('p3_accept', _int, _vp, _int, _P(_vp))
+_listener_close = _proto('p3_listener_close', None, _vp)
+_expect = _proto('p3_chan_expect', _int, _vp, _u32, _vp, _u64, _u64)
+_poll = _proto('p3_chan_poll', _int, _vp, _int)
+_next = _proto('p3_chan_next', _int, _vp, _P(_Completion))
+_pending = _proto('p3_chan_pending', _size, _vp)
+_band_status = _proto('p3_chan_band_status', _int, _vp, _uint)
+_bands = _proto('p3_chan_bands', _uint, _vp)
+_chan_id = _proto('p3_chan_id', _u64, _vp)
+_close = _proto('p3_chan_close', None, _vp)
+_qdisc_mod = {n: _proto('p3_qdisc_' + n, _int, _cp, _u32, _u32,
+                        _P(_QdiscOpts))
+              for n in ('add', 'change', 'replace')}
+_qdisc_del = _proto('p3_qdisc_del', _int, _cp, _u32, _u32)
+_qdisc_stats = _proto('p3_qdisc_stats', _int, _cp, _u32, _u32,
+                      _P(_QdiscStats))
+
+
+# ---------------------------------------------------------------- errors
+
+class Error(OSError):
+    """A libp3 failure.  errno is positive: an errno or a P3_E* code."""
+
+    def __init__(self, err, what=None, extack=''):
+        code = -err if err < 0 else err
+        msg = _strerror(-code).decode(errors='replace')
+        if what:
+            msg = '%s: %s' % (what, msg)
+        if extack:
+            msg = '%s (kernel: %s)' % (msg, extack)
+        super().__init__(code, msg)
+        self.extack = extack
+
+
+def _check(rc, what=None, extack=False):
+    if rc < 0:
+        text = _last_extack().decode(errors='replace') if extack else ''
+        raise Error(rc, what, text)
+    return rc
+
+
+# Library error codes by name, e.g. p3.ECSUM.
+for _i, _n in enumerate(('EBADMAGIC', 'EVERSION', 'EBADFRAME', 'ETOOBIG',
+                         'ELEVEL', 'ERANGE', 'ECSUM', 'ETRUNC', 'EDUP',
+                         'ESTALE', 'EHELLO', 'EINCOMPLETE', 'ENEEDCAP_PRIO',
+                         'ENEEDCAP_MARK', 'EDSCPRANGE', 'ETAGVERIFY', 'ENOTP3',
+                         'ENLPARSE')):
+    globals()[_n] = ERRBASE + _i
+    __all__.append(_n)
+
+
+def now_ns():
+    """CLOCK_MONOTONIC in ns, the clock of Completion timestamps."""
+    return _now_ns()
+
+
+def _ms(timeout):
+    if timeout is None:
+        return -1
+    return max(0, int(timeout * 1000 + 0.999))
+
+
+# --------------------------------------------------------------- tagging
+
+def _fd(sock_or_fd):
+    return sock_or_fd if isinstance(sock_or_fd, int) else sock_or_fd.fileno()
+
+
+def _method(method):
+    if method not in _METHODS:
+        raise ValueError('tag method must be dscp, priority or mark')
+    return _METHODS[method]
+
+
+def tag(sock_or_fd, level, method=None, notsent_lowat=None):
+    """Tag a socket with level (written as tag level + 1), verified."""
+    lowat = -1 if notsent_lowat is None else int(notsent_lowat)
+    _check(_tag_ex(_fd(sock_or_fd), int(level), _method(method), lowat), 'tag')
+
+
+def tag_get(sock_or_fd, method=None):
+    """The level a socket is tagged with, or None if untagged."""
+    rc = _tag_get(_fd(sock_or_fd), _method(method))
+    if rc == -_errno.ENOENT:
+        return None
+    return _check(rc, 'tag_get')
+
+
+def tag_config(method='dscp', notsent_lowat=16384):
+    """Process-wide default method and TCP_NOTSENT_LOWAT (0: leave)."""
+    if method in (None, 'default'):
+        raise ValueError('tag_config needs dscp, priority or mark')
+    _check(_tag_config(_method(method), int(notsent_lowat)), 'tag_config')
+
+
+# --------------------------------------------------------------- planner
+
+Tensor = collections.namedtuple('Tensor', 'name bytes fwd')
+Slice = collections.namedtuple('Slice', 'tensor offset length level msg prio')
+Completion = collections.namedtuple('Completion',
+                                    'tensor iteration bytes t_first t_done')
+
+
+def _as_tensor(t):
+    if isinstance(t, dict):
+        return Tensor(t.get('name'), int(t['bytes']), int(t['fwd']))
+    name, nbytes, fwd = t
+    return Tensor(name, int(nbytes), int(fwd))
+
+
+def plan(tensors, bands=8, slice_bytes=None, alpha=0.0, beta=0.0,
+         merge_bytes=None):
+    """Slices (forward order) for tensors: (name, bytes, fwd) each."""
+    ts = [_as_tensor(t) for t in tensors]
+    arr = (_Tensor * max(1, len(ts)))()
+    names = []
+    for i, t in enumerate(ts):
+        name = None if t.name is None else str(t.name).encode()
+        names.append(name)
+        arr[i] = _Tensor(name, t.bytes, t.fwd)
+    opts = _PlanOpts(int(bands), int(slice_bytes or 0), int(merge_bytes or 0),
+                     float(alpha), float(beta))
+    out = _P(_Slice)()
+    n = _size()
+    _check(_plan(arr, len(ts), ctypes.byref(opts), ctypes.byref(out),
+                 ctypes.byref(n)), 'plan')
+    try:
+        return [Slice(s.tensor, s.offset, s.length, s.level, s.msg, s.prio)
+                for s in (out[i] for i in range(n.value))]
+    finally:
+        _plan_free(out)
+
+
+def suggest_slice(alpha, beta, link_rate=0.0, max_overhead=0.05):
+    """Slice size (bytes) keeping per-slice overhead under max_overhead."""
+    return int(_suggest(float(alpha), float(beta), float(link_rate),
+                        float(max_overhead)))
+
+
+# ---------------------------------------------------------------- buffers
+
+class _Buf:
+    """A C pointer into a Python buffer, holding the buffer alive."""
+
+    def __init__(self, obj, writable=False):
+        mv = memoryview(obj)
+        if not mv.c_contiguous:
+            raise ValueError('p3: buffer must be C-contiguous')
+        if mv.ndim != 1 or mv.format != 'B':
+            mv = mv.cast('B')
+        self.nbytes = mv.nbytes
+        self.obj = obj
+        if mv.readonly:
+            if writable:
+                raise ValueError('p3: receive buffer is read-only')
+            mv = memoryview(bytearray(mv))   # a private copy to point at
+        self.mv = mv
+        self.arr = (ctypes.c_char * max(1, self.nbytes)).from_buffer(mv) \
+            if self.nbytes else None
+        self.ptr = ctypes.addressof(self.arr) if self.arr is not None else None
+
+
+def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
+          max_payload=16 << 20, timeout=10.0):
+    o = _ChanOpts()
+    _opts_init(ctypes.byref(o))
+    o.bands = int(bands)
+    o.tag_method = _method(method)
+    o.chan_id = int(chan_id)
+    o.max_queued = int(max_queued)
+    o.max_payload = int(max_payload)
+    o.timeout_ms = _ms(timeout) if timeout is not None else 10000
+    return o
+
+
+# ---------------------------------------------------------------- channel
+
+class Channel:
+    """One end of a multi-band channel (Channel.connect or Listener.accept)."""
+
+    def __init__(self, handle):
+        self._h = _vp(handle)
+        self._bufs = {}
+
+    @classmethod
+    def connect(cls, host, port, bands=8, method=None, chan_id=0,
+                max_queued=64 << 20, max_payload=16 << 20, timeout=10.0):
+        o = _opts(bands, method, chan_id, max_queued, max_payload, timeout)
+        h = _vp()
+        _check(_connect(str(host).encode(), str(port).encode(),
+                        ctypes.byref(o), ctypes.byref(h)), 'connect')
+        return cls(h.value)
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError('p3: channel is closed')
+        return self._h
+
+    # sender
+    def send(self, tensor, data, level, iteration=0, offset=0, prio=0,
+             timeout=None):
+        """Queue data as one message for tensor at offset (copied)."""
+        b = _Buf(data)
+        if not b.nbytes:
+            raise ValueError('p3: cannot send an empty buffer')
+        _check(_send(self._handle(), int(level), int(prio), int(iteration),
+                     int(tensor), int(offset), b.ptr, b.nbytes, _ms(timeout)),
+               'send')
+
+    def send_plan(self, slices, arrays, iteration=0, timeout=None):
+        """Queue a plan; arrays[t] is tensor t; merged slices go together."""
+        slices = list(slices)
+        if not slices:
+            return
+        bufs = {}
+        cs = (_Slice * len(slices))()
+        for i, s in enumerate(slices):
+            if s.tensor not in bufs:
+                bufs[s.tensor] = _Buf(arrays[s.tensor])
+            if s.offset + s.length > bufs[s.tensor].nbytes or s.length <= 0:
+                raise ValueError('p3: slice %d is outside tensor %d'
+                                 % (i, s.tensor))
+            cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
+                           s.level)
+        ptrs = (_vp * (max(bufs) + 1))()
+        for t, b in bufs.items():
+            ptrs[t] = b.ptr
+        _check(_send_plan(self._handle(), cs, len(slices), ptrs,
+                          int(iteration), _ms(timeout)), 'send_plan')
+
+    @property
+    def queued(self):
+        return _queued(self._handle())
+
+    def flush(self, timeout=None):
+        _check(_flush(self._handle(), _ms(timeout)), 'flush')
+
+    # receiver
+    def expect(self, tensor, array, iteration=0):
+        """Receive tensor (iteration) into array, a writable buffer."""
+        b = _Buf(array, writable=True)
+        if not b.nbytes:
+            raise ValueError('p3: cannot receive into an empty buffer')
+        _check(_expect(self._handle(), int(tensor), b.ptr, b.nbytes,
+                       int(iteration)), 'expect')
+        # Held until its completion is popped: the library writes into it.
+        key = (int(tensor), int(iteration))
+        self._bufs.setdefault(key, collections.deque()).append(b)
+
+    def _release(self, tensor, iteration):
+        q = self._bufs.get((tensor, iteration))
+        if q:
+            q.popleft()
+            if not q:
+                del self._bufs[(tensor, iteration)]
+
+    def poll(self, timeout=0.0):
+        """Move data; returns the completions that are ready."""
+        _check(_poll(self._handle(), _ms(timeout)), 'poll')
+        done = []
+        c = _Completion()
+        while _next(self._h, ctypes.byref(c)) == 1:
+            self._release(c.tensor, c.iter)
+            done.append(Completion(c.tensor, c.iter, c.bytes, c.t_first_ns,
+                                   c.t_done_ns))
+        return done
+
+    def wait(self, timeout=None):
+        """Poll until nothing registered is pending; the completions."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = []
+        while self.pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise Error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
+                            % self.pending)
+            done += self.poll(0.5 if left is None else min(left, 0.5))
+        return done
+
+    @property
+    def pending(self):
+        return _pending(self._handle())
+
+    def band_status(self, band):
+        return _band_status(self._handle(), int(band))
+
+    @property
+    def bands(self):
+        return _bands(self._handle())
+
+    @property
+    def chan_id(self):
+        return _chan_id(self._handle())
+
+    def close(self):
+        if self._h:
+            _close(self._h)
+            self._h = None
+        self._bufs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Listener:
+    """Accepts channels: every band of a sender connects and says hello."""
+
+    def __init__(self, host='127.0.0.1', port=0, max_payload=16 << 20,
+                 timeout=10.0):
+        o = _opts(max_payload=max_payload, timeout=timeout)
+        h = _vp()
+        _check(_listen(None if host is None else str(host).encode(),
+                       str(port).encode(), ctypes.byref(o), ctypes.byref(h)),
+               'listen')
+        self._h = h
+        self.port = _check(_listener_port(self._h), 'listen')
+        self.last_error = None
+
+    def accept(self, timeout=None, strict=False):
+        """Next complete channel.  A connection with a bad hello is closed;
+        strict=True raises its error, otherwise it is kept in last_error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            h = _vp()
+            rc = _accept(self._h, -1 if left is None else _ms(max(0, left)),
+                         ctypes.byref(h))
+            if rc == 0:
+                return Channel(h.value)
+            if rc == -_errno.ETIMEDOUT or strict:
+                _check(rc, 'accept')
+            self.last_error = Error(rc, 'accept')
+
+    def close(self):
+        if self._h:
+            _listener_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------ qdisc
+
+_QOPTS = (('bands', 1 << 0), ('default', 1 << 1), ('tag', 1 << 2),
+          ('limit', 1 << 3), ('memory', 1 << 4), ('quantum', 1 << 5),
+          ('rate', 1 << 6))
+
+
+def _handle_id(h, default):
+    if h is None:
+        return default
+    if isinstance(h, int):
+        return h
+    if h == 'root':
+        return 0xffffffff
+    major, _, minor = h.partition(':')
+    if not _:
+        raise ValueError('p3: handle must look like 10: or 1:2 or root')
+    return (int(major, 16) << 16) | (int(minor, 16) if minor else 0)
+
+
+def _handle_str(h):
+    if h == 0xffffffff:
+        return 'root'
+    return '%x:%x' % (h >> 16, h & 0xffff) if h & 0xffff else '%x:' % (h >> 16)
+
+
+def _qopts(kw):
+    o = _QdiscOpts()
+    for name, bit in _QOPTS:
+        v = kw.pop(name, None)
+        if v is None:
+            continue
+        o.mask |= bit
+        if name == 'tag':
+            v = _method(v)
+            if not v:
+                raise ValueError('p3: tag must be dscp, priority or mark')
+        setattr(o, 'defband' if name == 'default' else name, int(v))
+    if kw:
+        raise TypeError('p3: unknown qdisc option(s): %s' % ', '.join(kw))
+    return o
+
+
+def _qdisc_modify(op, dev, parent, handle, kw):
+    o = _qopts(kw)
+    _check(_qdisc_mod[op](dev.encode(), _handle_id(parent, 0xffffffff),
+                          _handle_id(handle, 0), ctypes.byref(o)),
+           'qdisc ' + op, extack=True)
+
+
+def qdisc_add(dev, parent='root', handle=None, **opts):
+    """Create a p3 qdisc; options: bands default tag limit memory quantum
+    rate (bytes/s)."""
+    _qdisc_modify('add', dev, parent, handle, opts)
+
+
+def qdisc_change(dev, parent='root', handle=None, **opts):
+    _qdisc_modify('change', dev, parent, handle, opts)
+
+
+def qdisc_replace(dev, parent='root', handle=None, **opts):
+    _qdisc_modify('replace', dev, parent, handle, opts)
+
+
+def qdisc_del(dev, parent='root', handle=None):
+    _check(_qdisc_del(dev.encode(), _handle_id(parent, 0xffffffff),
+                      _handle_id(handle, 0)), 'qdisc del', extack=True)
+
+
+def _band_dict(b):
+    return {n: getattr(b, n) for n, _ in _BandStats._fields_}
+
+
+def qdisc_stats(dev, parent='root', handle=None):
+    """Options, totals, xstats and per-band statistics as a dict."""
+    st = _QdiscStats()
+    _check(_qdisc_stats(dev.encode(), _handle_id(parent, 0xffffffff),
+                        _handle_id(handle, 0), ctypes.byref(st)),
+           'qdisc stats', extack=True)
+    o = st.opts
+    options = {}
+    for name, bit in _QOPTS:
+        if o.mask & bit:
+            v = getattr(o, 'defband' if name == 'default' else name)
+            options[name] = _METHOD_NAMES.get(v) if name == 'tag' else v
+    return {
+        'handle': _handle_str(st.handle),
+        'parent': _handle_str(st.parent),
+        'options': options,
+        'total': _band_dict(st.total),
+        'xstats': ({n: getattr(st.xstats, n) for n in _XSTATS}
+                   if st.have_xstats else {}),
+        'bands': [_band_dict(st.band[i]) for i in range(st.nbands)],
+    }
