@@ -1,11 +1,14 @@
 #!/bin/bash
-# kmod-build.sh KVER OUTDIR: builds sch_p3.ko for kernel KVER into OUTDIR.
+# kmod-build.sh KVER OUTDIR [KBUILD-ARGS...]: builds sch_p3.ko for kernel
+# KVER into OUTDIR, e.g. with W=1 or C=2.
 #
 # kbuild writes objects next to the sources of an external module, so each
 # kernel gets its own tree of links to the sources; that keeps the 6.1 and
 # 6.12 objects apart and the source folders clean.
 set -euo pipefail
-kver=$1 out=$2
+kver=$1
+out=$(mkdir -p "$2" && cd "$2" && pwd)	# kbuild needs M= absolute
+shift 2
 top=$(cd "$(dirname "$0")/.." && pwd)
 kdir=/lib/modules/$kver/build
 [ -d "$kdir" ] || { echo "kmod-build: no headers for $kver in $kdir" >&2; exit 1; }
@@ -17,5 +20,5 @@ ln -sf "$top/Kbuild" "$tree/Kbuild"
 for f in "$top"/kmod/Kbuild "$top"/kmod/*.[ch]; do
 	ln -sf "$f" "$tree/kmod/"
 done
-make --no-print-directory -C "$kdir" M="$tree" modules
+make --no-print-directory -C "$kdir" M="$tree" "$@" modules
 cp "$tree/kmod/sch_p3.ko" "$out/sch_p3.ko"

@@ -1,0 +1,38 @@
+#!/bin/bash
+# The body of `make check`: builds, host tests, then the VM selftests on
+# every installed kernel.  Each suite prints TAP; all of it is kept in
+# build/check/, and the run ends with one line: "N passed, N failed".
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+out=build/check
+rm -rf "$out"
+mkdir -p "$out"
+
+# A suite that dies without saying "not ok" still fails the run.
+suite() {
+	local name=$1 rc
+	shift
+	echo "# ==== $name: $*"
+	"$@" 2>&1 | tee "$out/$name.tap"
+	rc=${PIPESTATUS[0]}
+	if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$out/$name.tap"; then
+		echo "not ok - $name exited with status $rc" | tee -a "$out/$name.tap"
+	fi
+}
+
+suite build scripts/build-checks.sh
+suite tc-parse tc/test-parse.sh
+suite userlib make --no-print-directory -C userlib check BUILD="$top/build"
+for k in $(selftests/vm-run --list-kernels); do
+	suite "vm-$k" selftests/vm-run --kernel "$k" --timeout 1500 -- \
+		selftests/run-vm-tests.sh "$k"
+done
+
+passed=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -vc '# SKIP')
+skipped=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -c '# SKIP')
+failed=$(cat "$out"/*.tap | grep -cE '^not ok\b')
+echo
+grep -hE '^not ok\b' "$out"/*.tap | sed 's/^/FAILED: /'
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
