@@ -272,6 +272,13 @@ static void p3_gc_timer(struct timer_list *t)
 	rcu_read_unlock();
 }
 
+/* Idle flows exist: make sure the GC timer will look at them. */
+static void p3_gc_arm(struct p3_sched_data *q)
+{
+	if (!timer_pending(&q->gc_timer))
+		mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+}
+
 /*
  * Finds or creates the flow of @key.  The chain walk also frees stale
  * idle flows it passes, which bounds the table under a flood of new flows
@@ -304,6 +311,8 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 	hlist_add_head(&flow->hash_node, bucket);
 	q->flows++;
 	q->stats.flows_created++;
+	/* Its first packet may yet be dropped, leaving it idle. */
+	p3_gc_arm(q);
 	return flow;
 }
 
@@ -429,8 +438,7 @@ static struct sk_buff *p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
 		list_del_init(&flow->band_node);
 		flow->idle_since = jiffies;
 		q->flows_active--;
-		if (!timer_pending(&q->gc_timer))
-			mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+		p3_gc_arm(q);
 	}
 	p3_band_sub(q, band, 1, len);
 	if (flow->qlen && p3_flow_min_band(q, flow) != band)
@@ -600,6 +608,12 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	return skb;
 }
 
+static void p3_free_skb(struct sk_buff *skb)
+{
+	/* Freed once RTNL is released, as the qdisc layer does on reset. */
+	rtnl_kfree_skbs(skb, skb);
+}
+
 /* Frees every queued packet and every flow. */
 static void p3_purge(struct Qdisc *sch)
 {
@@ -611,7 +625,7 @@ static void p3_purge(struct Qdisc *sch)
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			while (flow->qlen)
-				rtnl_kfree_skbs(p3_flow_pop(sch, flow), NULL);
+				p3_free_skb(p3_flow_pop(sch, flow));
 	}
 	if (q->flow_table)
 		p3_gc(q, true);
