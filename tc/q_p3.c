@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * q_p3.c	tc plugin for the p3 qdisc (Priority-based Parameter
+ *		Propagation): strict priority across bands, per-flow FIFO.
+ *
+ * tc dlopen()s this from TC_LIB_DIR for "tc qdisc ... p3" and looks up
+ * p3_qdisc_util.  The checks here only catch mistakes early, with a
+ * message naming the option; the kernel is the authority and explains
+ * anything else through extack.
+ */
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <linux/pkt_sched_p3.h>
+
+#include "tc_plugin.h"
+
+#define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
+#define __stringify_1(x)	#x
+#define __stringify(x)		__stringify_1(x)
+#define __printf(a, b)		__attribute__((format(printf, a, b)))
+
+/*
+ * parse_qopt() runs before tc appends anything sizeable to the request,
+ * so the bound iproute2's own qdiscs pass is ample for our 64 bytes.
+ */
+#define P3_NLMSG_MAX	1024
+
+struct p3_opt {
+	__u32	set;		/* 1 << TCA_P3_* for each option given */
+	__u8	bands;
+	__u8	defband;
+	__u8	tag;
+	__u32	limit;
+	__u32	memory;
+	__u32	quantum;
+	__u64	rate;
+};
+
+static const char * const p3_tag_names[] = {
+	[P3_TAG_PRIORITY]	= "priority",
+	[P3_TAG_DSCP]		= "dscp",
+	[P3_TAG_MARK]		= "mark",
+};
+
+static_assert(ARRAY_SIZE(p3_tag_names) == __P3_TAG_MAX,
+	      "every tag source in pkt_sched_p3.h needs a name");
+
+static void p3_explain(void)
+{
+	fprintf(stderr,
+		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
+		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
+		"Defaults: bands " __stringify(P3_DEFAULT_BANDS) " ("
+		__stringify(P3_MIN_BANDS) ".." __stringify(P3_MAX_BANDS) "), "
+		"default bands-1, tag priority, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
+		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced).\n"
+		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
+		"See tc-p3(8).\n");
+}
+
+static int __printf(1, 2) p3_fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("p3: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	p3_explain();
+	return -1;
+}
+
+/* Each parser returns NULL, or why @arg is not a valid value. */
+static const char *p3_parse_bands(struct p3_opt *o, const char *arg,
+				  const char *dev)
+{
+	__u32 v;
+
+	if (get_u32(&v, arg, 0) || v < P3_MIN_BANDS || v > P3_MAX_BANDS)
+		return "expected " __stringify(P3_MIN_BANDS) ".."
+		       __stringify(P3_MAX_BANDS);
+	o->bands = v;
+	return NULL;
+}
+
+/* "default < bands" needs both, and is checked once all are parsed. */
+static const char *p3_parse_default(struct p3_opt *o, const char *arg,
+				    const char *dev)
+{
+	__u32 v;
+
+	if (get_u32(&v, arg, 0) || v >= P3_MAX_BANDS)
+		return "expected a band, 0..bands-1";
+	o->defband = v;
+	return NULL;
+}
+
+static const char *p3_parse_tag(struct p3_opt *o, const char *arg,
+				const char *dev)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(p3_tag_names); i++) {
+		if (!strcmp(arg, p3_tag_names[i])) {
+			o->tag = i;
+			return NULL;
+		}
+	}
+	return "expected priority, dscp or mark";
+}
+
+static const char *p3_parse_limit(struct p3_opt *o, const char *arg,
+				  const char *dev)
+{
+	if (get_u32(&o->limit, arg, 0) || !o->limit)
+		return "expected a packet count, at least 1";
+	return NULL;
+}
+
+/*
+ * get_size() and get_rate64() let strtod() accept a sign, and converting
+ * a negative double to an unsigned integer is undefined: refuse it first.
+ */
+static bool p3_get_size(__u32 *size, const char *arg)
+{
+	return !strchr(arg, '-') && !get_size(size, arg);
+}
+
+static const char *p3_parse_memory(struct p3_opt *o, const char *arg,
+				   const char *dev)
+{
+	if (!p3_get_size(&o->memory, arg))
+		return "expected a byte count below 4gb, such as 4mb (0 = none)";
+	return NULL;
+}
+
+static const char *p3_parse_quantum(struct p3_opt *o, const char *arg,
+				    const char *dev)
+{
+	if (!p3_get_size(&o->quantum, arg))
+		return "expected a byte count, such as 3028";
+	return NULL;
+}
+
+static const char *p3_parse_rate(struct p3_opt *o, const char *arg,
+				 const char *dev)
+{
+	if (strchr(arg, '%')) {
+		if (get_percent_rate64(&o->rate, arg, dev))
+			return "expected a percentage of the link speed";
+		return NULL;
+	}
+	if (strchr(arg, '-') || get_rate64(&o->rate, arg))
+		return "expected a rate such as 10mbit (0 = unpaced)";
+	return NULL;
+}
+
+static const struct p3_arg {
+	const char	*name;
+	int		type;		/* TCA_P3_* */
+	const char	*(*parse)(struct p3_opt *o, const char *arg,
+				  const char *dev);
+} p3_args[] = {
+	{ "bands",	TCA_P3_BANDS,	p3_parse_bands },
+	{ "default",	TCA_P3_DEFAULT,	p3_parse_default },
+	{ "tag",	TCA_P3_TAG,	p3_parse_tag },
+	{ "limit",	TCA_P3_LIMIT,	p3_parse_limit },
+	{ "memory",	TCA_P3_MEMORY,	p3_parse_memory },
+	{ "quantum",	TCA_P3_QUANTUM,	p3_parse_quantum },
+	{ "rate",	TCA_P3_RATE,	p3_parse_rate },
+};
+
+static const struct p3_arg *p3_find_arg(const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(p3_args); i++)
+		if (!strcmp(name, p3_args[i].name))
+			return &p3_args[i];
+	return NULL;
+}
+
+static bool p3_has(const struct p3_opt *o, int type)
+{
+	return o->set & (1U << type);
+}
+
+/*
+ * Only the options given are sent, so that "change" leaves the others
+ * as they are.  The kernel parses TCA_OPTIONS strictly, which requires
+ * NLA_F_NESTED; iproute2 6.1's addattr_nest() does not set it for us.
+ */
+static int p3_put_opt(struct nlmsghdr *n, const struct p3_opt *o)
+{
+	struct rtattr *nest;
+	int err = 0;
+
+	nest = addattr_nest(n, P3_NLMSG_MAX, TCA_OPTIONS | NLA_F_NESTED);
+	if (p3_has(o, TCA_P3_BANDS))
+		err |= addattr8(n, P3_NLMSG_MAX, TCA_P3_BANDS, o->bands);
+	if (p3_has(o, TCA_P3_DEFAULT))
+		err |= addattr8(n, P3_NLMSG_MAX, TCA_P3_DEFAULT, o->defband);
+	if (p3_has(o, TCA_P3_TAG))
+		err |= addattr8(n, P3_NLMSG_MAX, TCA_P3_TAG, o->tag);
+	if (p3_has(o, TCA_P3_LIMIT))
+		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_LIMIT, o->limit);
+	if (p3_has(o, TCA_P3_MEMORY))
+		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_MEMORY, o->memory);
+	if (p3_has(o, TCA_P3_QUANTUM))
+		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_QUANTUM, o->quantum);
+	if (p3_has(o, TCA_P3_RATE))
+		err |= addattr64(n, P3_NLMSG_MAX, TCA_P3_RATE, o->rate);
+	addattr_nest_end(n, nest);
+	return err ? -1 : 0;
+}
+
+static int p3_parse_opt(struct qdisc_util *qu, int argc, char **argv,
+			struct nlmsghdr *n, const char *dev)
+{
+	struct p3_opt o = {};
+	const struct p3_arg *a;
+	const char *why;
+
+	for (; argc > 0; argc--, argv++) {
+		if (!strcmp(*argv, "help")) {
+			p3_explain();
+			return -1;
+		}
+		a = p3_find_arg(*argv);
+		if (!a)
+			return p3_fail("unknown option \"%s\"", *argv);
+		if (argc < 2)
+			return p3_fail("\"%s\" needs a value", a->name);
+		argc--, argv++;
+		why = a->parse(&o, *argv, dev);
+		if (why)
+			return p3_fail("invalid %s \"%s\": %s",
+				       a->name, *argv, why);
+		o.set |= 1U << a->type;
+	}
+
+	/* Without "bands" the band count is the kernel's to check against. */
+	if (p3_has(&o, TCA_P3_BANDS) && p3_has(&o, TCA_P3_DEFAULT) &&
+	    o.defband >= o.bands)
+		return p3_fail("invalid default \"%u\": expected 0..%u for bands %u",
+			       o.defband, o.bands - 1, o.bands);
+
+	return p3_put_opt(n, &o);
+}
+
+static bool p3_attr_ok(struct rtattr *tb[], int type, size_t len)
+{
+	return tb[type] && RTA_PAYLOAD(tb[type]) >= len;
+}
+
+/* A newer kernel may know tag sources that this plugin has no name for. */
+static void p3_print_tag(__u8 tag)
+{
+	char buf[4];
+	const char *name = buf;
+
+	if (tag < ARRAY_SIZE(p3_tag_names))
+		name = p3_tag_names[tag];
+	else
+		snprintf(buf, sizeof(buf), "%u", tag);
+	print_string(PRINT_ANY, "tag", "tag %s ", name);
+}
+
+static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
+{
+	struct rtattr *tb[TCA_P3_MAX + 1];
+
+	if (!opt)
+		return 0;
+	parse_rtattr_nested(tb, TCA_P3_MAX, opt);
+
+	if (p3_attr_ok(tb, TCA_P3_BANDS, sizeof(__u8)))
+		print_uint(PRINT_ANY, "bands", "bands %u ",
+			   rta_getattr_u8(tb[TCA_P3_BANDS]));
+	if (p3_attr_ok(tb, TCA_P3_DEFAULT, sizeof(__u8)))
+		print_uint(PRINT_ANY, "default", "default %u ",
+			   rta_getattr_u8(tb[TCA_P3_DEFAULT]));
+	if (p3_attr_ok(tb, TCA_P3_TAG, sizeof(__u8)))
+		p3_print_tag(rta_getattr_u8(tb[TCA_P3_TAG]));
+	if (p3_attr_ok(tb, TCA_P3_LIMIT, sizeof(__u32)))
+		print_uint(PRINT_ANY, "limit", "limit %u ",
+			   rta_getattr_u32(tb[TCA_P3_LIMIT]));
+	if (p3_attr_ok(tb, TCA_P3_MEMORY, sizeof(__u32)))
+		print_size(PRINT_ANY, "memory", "memory %s ",
+			   rta_getattr_u32(tb[TCA_P3_MEMORY]));
+	if (p3_attr_ok(tb, TCA_P3_QUANTUM, sizeof(__u32)))
+		print_size(PRINT_ANY, "quantum", "quantum %s ",
+			   rta_getattr_u32(tb[TCA_P3_QUANTUM]));
+	if (p3_attr_ok(tb, TCA_P3_RATE, sizeof(__u64)))
+		tc_print_rate(PRINT_ANY, "rate", "rate %s ",
+			      rta_getattr_u64(tb[TCA_P3_RATE]));
+	return 0;
+}
+
+static int p3_print_xstats(struct qdisc_util *qu, FILE *f,
+			   struct rtattr *xstats)
+{
+	struct tc_p3_xstats st = {};
+	size_t len;
+
+	if (!xstats)
+		return 0;
+
+	/*
+	 * The struct only grows: an older kernel sends a prefix of it, whose
+	 * missing counters read as 0; a newer one sends more than we know.
+	 */
+	len = RTA_PAYLOAD(xstats);
+	memcpy(&st, RTA_DATA(xstats), len < sizeof(st) ? len : sizeof(st));
+
+	print_uint(PRINT_ANY, "flows", "  flows %u", st.flows);
+	print_uint(PRINT_ANY, "flows_active", " flows_active %u",
+		   st.flows_active);
+	print_lluint(PRINT_ANY, "flows_created", " flows_created %llu",
+		     st.flows_created);
+	print_lluint(PRINT_ANY, "flows_gc", " flows_gc %llu", st.flows_gc);
+	print_nl();
+	print_lluint(PRINT_ANY, "preemptions", "  preemptions %llu",
+		     st.preemptions);
+	print_lluint(PRINT_ANY, "boosts", " boosts %llu", st.boosts);
+	print_lluint(PRINT_ANY, "untagged", " untagged %llu", st.untagged);
+	print_lluint(PRINT_ANY, "throttled", " throttled %llu", st.throttled);
+	print_nl();
+	print_lluint(PRINT_ANY, "drops_limit", "  drops_limit %llu",
+		     st.drops_limit);
+	print_lluint(PRINT_ANY, "drops_memory", " drops_memory %llu",
+		     st.drops_memory);
+	print_lluint(PRINT_ANY, "drops_alloc", " drops_alloc %llu",
+		     st.drops_alloc);
+	return 0;
+}
+
+struct qdisc_util p3_qdisc_util = {
+	.id		= "p3",
+	.parse_qopt	= p3_parse_opt,
+	.print_qopt	= p3_print_opt,
+	.print_xstats	= p3_print_xstats,
+};
