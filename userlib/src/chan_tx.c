@@ -266,7 +266,8 @@ static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int l
 	}
 }
 
-/* Make room for size more bytes, writing meanwhile; -EAGAIN on timeout. */
+/* Make room for size more bytes, writing meanwhile; -EAGAIN on timeout.
+ * Even with no time to wait, the sockets get one non-blocking write. */
 static int tx_make_room(struct p3_chan *c, struct tx_band *tb, size_t size, int timeout_ms)
 {
 	uint64_t deadline = chan_deadline(timeout_ms);
@@ -274,13 +275,13 @@ static int tx_make_room(struct p3_chan *c, struct tx_band *tb, size_t size, int 
 
 	/* An empty queue takes any message, or a huge one could never go. */
 	while (c->queued && c->queued + size > c->max_queued) {
-		if (!chan_wait_ms(deadline))
-			return -EAGAIN;
 		err = tx_step(c, chan_wait_ms(deadline));
 		if (err)
 			return err;
 		if (tb->err)
 			return tb->err;
+		if (c->queued && c->queued + size > c->max_queued && !chan_wait_ms(deadline))
+			return -EAGAIN;
 	}
 	return 0;
 }
