@@ -243,6 +243,10 @@ static int dump(struct nl_sock *sk, int type, struct p3_nl_dump *d, uint32_t par
 	if (!msg)
 		return -ENOMEM;
 	err = nlmsg_append(msg, &tcm, sizeof(tcm), NLMSG_ALIGNTO);
+	/* Without it the kernel hides built-in qdiscs (noqueue at root), and
+	 * "not p3" could not be told from "nothing there". */
+	if (!err && type == RTM_GETQDISC)
+		err = nla_put_flag(msg, TCA_DUMP_INVISIBLE);
 	err = err ? -ENOMEM : nl_transact(sk, msg, parse, d);
 	nlmsg_free(msg);
 	return err;

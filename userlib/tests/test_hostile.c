@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * A receiver under attack.  A raw client speaks the wire protocol by hand
+ * on a 2-band channel: band 0 delivers tensor A honestly while band 1
+ * sends garbage, truncated frames, bad checksums, out-of-range offsets,
+ * oversized lengths, duplicates and the like.  Every case must close band
+ * 1 with the right error, leave band 0 working, complete A byte-exact, and
+ * leave the tensors B and C (laid out right after A, no gap) untouched.
+ */
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "p3.h"
+#include "tap.h"
+#include "util.h"
+
+#define SZ_A	3000
+#define SZ_B	5000
+#define SZ_C	3000
+#define GUARD	256
+#define CANARY	0x5a
+#define ITER	1
+
+enum { A = 1, B = 2, C = 3 };
+
+static char port[16];
+static uint8_t arena[GUARD + SZ_A + SZ_B + SZ_C + GUARD];
+#define MEM_A	(arena + GUARD)
+#define MEM_B	(MEM_A + SZ_A)
+#define MEM_C	(MEM_B + SZ_B)
+
+static int raw_socket(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(atoi(port)),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void raw_write(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	ssize_t k;
+
+	while (n) {
+		k = send(fd, b, n, MSG_NOSIGNAL);
+		if (k <= 0)
+			return;	/* the receiver may already have hung up */
+		b += k;
+		n -= (size_t)k;
+	}
+}
+
+static void raw_hello(int fd, uint64_t id, unsigned int band, unsigned int bands)
+{
+	uint8_t h[P3_FRAME_HDR_LEN + P3_HELLO_LEN];
+
+	p3_hello_build(h, id, band, bands);
+	raw_write(fd, h, sizeof(h));
+}
+
+/* A valid frame carrying bytes [off, off + len) of tensor id's content. */
+static size_t frame(uint8_t *buf, unsigned int level, uint32_t id, uint64_t off, uint32_t len,
+		    uint64_t iter)
+{
+	static uint8_t content[SZ_B];
+	struct p3_frame f = { .type = P3_FRAME_DATA, .level = level, .tensor = id,
+			      .offset = off, .length = len, .iter = iter };
+
+	fill_pattern(content, sizeof(content), id, ITER);
+	if (off < sizeof(content) && len <= sizeof(content) - off)
+		memcpy(buf + P3_FRAME_HDR_LEN, content + off, len);
+	else
+		memset(buf + P3_FRAME_HDR_LEN, 0x77, len);
+	p3_frame_header(buf, &f, buf + P3_FRAME_HDR_LEN);
+	return P3_FRAME_HDR_LEN + len;
+}
+
+static void reseal(uint8_t *buf, uint32_t len)
+{
+	uint32_t c;
+
+	memset(buf + 36, 0, 4);
+	c = htonl(p3_crc32c(0, buf, P3_FRAME_HDR_LEN + len));
+	memcpy(buf + 36, &c, 4);
+}
+
+struct setup {
+	struct p3_listener	*l;
+	struct p3_chan		*rx;
+	int			fd[2];
+};
+
+static uint32_t listen_max_payload = 64 << 10;
+
+static int setup(struct setup *s, uint64_t id)
+{
+	struct p3_chan_opts o;
+	int b;
+
+	p3_chan_opts_init(&o);
+	o.max_payload = listen_max_payload;
+	memset(s, 0, sizeof(*s));
+	if (p3_listen("127.0.0.1", "0", &o, &s->l))
+		return -1;
+	snprintf(port, sizeof(port), "%d", p3_listener_port(s->l));
+	for (b = 0; b < 2; b++) {
+		s->fd[b] = raw_socket();
+		raw_hello(s->fd[b], id, b, 2);
+	}
+	if (p3_accept(s->l, 5000, &s->rx))
+		return -1;
+	memset(arena, CANARY, sizeof(arena));
+	p3_chan_expect(s->rx, A, MEM_A, SZ_A, ITER);
+	p3_chan_expect(s->rx, B, MEM_B, SZ_B, ITER);
+	p3_chan_expect(s->rx, C, MEM_C, SZ_C, ITER);
+	return 0;
+}
+
+static void teardown(struct setup *s)
+{
+	close(s->fd[0]);
+	if (s->fd[1] >= 0)
+		close(s->fd[1]);
+	p3_chan_close(s->rx);
+	p3_listener_close(s->l);
+}
+
+/* First error p3_chan_poll reports within 3 s, or 0. */
+static int first_error(struct p3_chan *rx)
+{
+	uint64_t end = p3_now_ns() + 3000000000ull;
+	int rc;
+
+	while (p3_now_ns() < end) {
+		rc = p3_chan_poll(rx, 100);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Send A's second half on band 0 and wait for A to complete. */
+static int finish_a(struct setup *s)
+{
+	static uint8_t buf[P3_FRAME_HDR_LEN + SZ_A];
+	struct p3_completion d;
+	uint64_t end = p3_now_ns() + 3000000000ull;
+
+	raw_write(s->fd[0], buf, frame(buf, 0, A, 1500, SZ_A - 1500, ITER));
+	while (p3_now_ns() < end) {
+		if (p3_chan_poll(s->rx, 100) < 0)
+			return 0;
+		while (p3_chan_next(s->rx, &d) == 1)
+			if (d.tensor == A)
+				return 1;
+	}
+	return 0;
+}
+
+enum b_state { B_UNTOUCHED, B_FIRST_HALF };
+
+static int b_is(enum b_state st)
+{
+	uint8_t want[SZ_B];
+
+	if (st == B_UNTOUCHED)
+		return all_bytes(MEM_B, SZ_B, CANARY);
+	fill_pattern(want, SZ_B, B, ITER);
+	return !memcmp(MEM_B, want, 2500) && all_bytes(MEM_B + 2500, SZ_B - 2500, CANARY);
+}
+
+/*
+ * Run one attack: send hostile bytes on band 1 (close it after if asked),
+ * then check the error, band states, tensor A, B's expected state and C.
+ */
+static void attack(const char *name, const void *bytes, size_t len, int close_after, int want,
+		   enum b_state b_after)
+{
+	static uint8_t buf[P3_FRAME_HDR_LEN + SZ_A];
+	struct setup s;
+	int err, a_done;
+
+	if (setup(&s, 0xbad0 + tap_n)) {
+		ok(0, "%s: setup", name);
+		return;
+	}
+	raw_write(s.fd[0], buf, frame(buf, 0, A, 0, 1500, ITER));
+	raw_write(s.fd[1], bytes, len);
+	if (close_after) {
+		close(s.fd[1]);
+		s.fd[1] = -1;
+	}
+	err = first_error(s.rx);
+	a_done = finish_a(&s);
+	ok(err == want && p3_chan_band_status(s.rx, 1) == want && p3_chan_band_status(s.rx, 0) == 0,
+	   "%s: band 1 closed with \"%s\", band 0 open", name, p3_strerror(want));
+	if (err != want)
+		tap_diag("got %d: %s", err, p3_strerror(err));
+	ok(a_done && check_pattern(MEM_A, SZ_A, A, ITER) && b_is(b_after) &&
+	   all_bytes(MEM_C, SZ_C, CANARY) && all_bytes(arena, GUARD, CANARY) &&
+	   all_bytes(MEM_C + SZ_C, GUARD, CANARY),
+	   "%s: A completes byte-exact, B %s, C and guards untouched", name,
+	   b_after == B_UNTOUCHED ? "untouched" : "holds only its valid half");
+	teardown(&s);
+}
+
+static uint8_t hb[2][P3_FRAME_HDR_LEN + (2 << 20)];
+
+static void test_attacks(void)
+{
+	uint64_t rs = 1;
+	size_t n, m;
+	uint32_t v;
+	size_t i;
+
+	for (i = 0; i < 4096; i++)
+		hb[0][i] = (uint8_t)rnd_next(&rs);
+	attack("random garbage", hb[0], 4096, 0, -P3_EBADMAGIC, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, 0, 2000, ITER);
+	attack("truncated payload", hb[0], n - 1000, 1, -P3_ETRUNC, B_UNTOUCHED);
+	attack("truncated header", hb[0], 20, 1, -P3_ETRUNC, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, 0, 2000, ITER);
+	hb[0][P3_FRAME_HDR_LEN + 1234] ^= 0x40;
+	attack("bad CRC", hb[0], n, 0, -P3_ECSUM, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, SZ_B - 10, 100, ITER);
+	attack("slice past the tensor's end", hb[0], n, 0, -P3_ERANGE, B_UNTOUCHED);
+	n = frame(hb[0], 1, B, 1ull << 40, 100, ITER);
+	attack("offset 2^40", hb[0], n, 0, -P3_ERANGE, B_UNTOUCHED);
+	n = frame(hb[0], 1, B, 0, 100, ITER);
+	memcpy(hb[0] + 16, "\xff\xff\xff\xff\xff\xff\xff\xf6", 8);
+	reseal(hb[0], 100);
+	attack("offset + length wrapping 2^64", hb[0], n, 0, -P3_ERANGE, B_UNTOUCHED);
+
+	frame(hb[0], 1, B, 0, 100, ITER);
+	v = htonl(1u << 20);
+	memcpy(hb[0] + 12, &v, 4);
+	attack("length 1 MiB above the 64 KiB bound", hb[0], P3_FRAME_HDR_LEN, 0, -P3_ETOOBIG,
+	       B_UNTOUCHED);
+	memcpy(hb[0] + 12, "\xff\xff\xff\xff", 4);
+	attack("length 4 GiB - 1", hb[0], P3_FRAME_HDR_LEN, 0, -P3_ETOOBIG, B_UNTOUCHED);
+
+	n = frame(hb[0], 5, B, 0, 100, ITER);
+	attack("level 5 on a 2-band channel", hb[0], n, 0, -P3_ELEVEL, B_UNTOUCHED);
+	n = frame(hb[0], 0, B, 0, 100, ITER);
+	attack("level 0 frame on band 1's connection", hb[0], n, 0, -P3_ELEVEL, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, 0, 2500, ITER);
+	memcpy(hb[0] + n, hb[0], n);
+	attack("duplicate slice", hb[0], 2 * n, 0, -P3_EDUP, B_FIRST_HALF);
+	n = frame(hb[0], 1, B, 0, 2500, ITER);
+	m = frame(hb[0] + n, 1, B, 2000, 1000, ITER);
+	attack("overlapping slice", hb[0], n + m, 0, -P3_EDUP, B_FIRST_HALF);
+	n = frame(hb[0], 1, A, 1000, 1000, ITER);
+	attack("slice overlapping another band's data", hb[0], n, 0, -P3_EDUP, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, 0, 100, ITER - 1);
+	attack("stale iteration", hb[0], n, 0, -P3_ESTALE, B_UNTOUCHED);
+
+	n = frame(hb[0], 1, B, 0, 100, ITER);
+	hb[0][4] = 9;
+	attack("unknown version", hb[0], n, 0, -P3_EVERSION, B_UNTOUCHED);
+	n = frame(hb[0], 1, B, 0, 100, ITER);
+	hb[0][33] = 1;
+	reseal(hb[0], 100);
+	attack("non-zero reserved field", hb[0], n, 0, -P3_EBADFRAME, B_UNTOUCHED);
+	p3_hello_build(hb[0], 1, 1, 2);
+	attack("second hello on a data connection", hb[0], P3_FRAME_HDR_LEN + P3_HELLO_LEN, 0,
+	       -P3_EBADFRAME, B_UNTOUCHED);
+}
+
+/* Random single mutations of a valid stream: whatever the error, the
+ * neighbours must survive it. */
+static void test_mutations(void)
+{
+	int rounds = 40, good = 1, r, err;
+	uint64_t rs = 2024;
+	struct setup s;
+	size_t n, pos;
+
+	for (r = 0; r < rounds; r++) {
+		n = frame(hb[1], 1, B, 0, 2500, ITER);
+		n += frame(hb[1] + n, 1, B, 2500, 2500, ITER);
+		pos = rnd_range(&rs, 0, n - 1);
+		hb[1][pos] ^= (uint8_t)rnd_range(&rs, 1, 255);
+		if (setup(&s, 0x3000 + r)) {
+			good = 0;
+			break;
+		}
+		raw_write(s.fd[1], hb[1], n);
+		err = first_error(s.rx);
+		/*
+		 * The error and how much of B survived depend on the byte hit.
+		 * A tensor id or a later iteration that nobody registered is
+		 * not an error: the connection waits for p3_chan_expect().
+		 */
+		good &= (err < 0 || (p3_chan_band_status(s.rx, 1) == 0 &&
+				     p3_chan_pending(s.rx) == 3)) &&
+			p3_chan_band_status(s.rx, 0) == 0;
+		good &= (pos >= P3_FRAME_HDR_LEN + 2500) ? b_is(B_FIRST_HALF) : b_is(B_UNTOUCHED);
+		good &= all_bytes(MEM_C, SZ_C, CANARY) && all_bytes(MEM_A, SZ_A, CANARY);
+		teardown(&s);
+	}
+	ok(good, "%d random byte mutations: each caught, neighbours intact", rounds);
+}
+
+/* A well-behaved stream delivered one byte per write still works. */
+static void test_drip(void)
+{
+	struct p3_completion d;
+	struct setup s;
+	int done = 0;
+	size_t n, i;
+
+	if (setup(&s, 0xd1)) {
+		ok(0, "drip: setup");
+		return;
+	}
+	n = frame(hb[0], 0, A, 0, 1500, ITER);
+	n += frame(hb[0] + n, 0, A, 1500, 1500, ITER);
+	for (i = 0; i < n; i++) {
+		raw_write(s.fd[0], hb[0] + i, 1);
+		if (!(i % 64))
+			p3_chan_poll(s.rx, 0);
+	}
+	for (i = 0; i < 30 && !done; i++) {
+		p3_chan_poll(s.rx, 100);
+		while (p3_chan_next(s.rx, &d) == 1)
+			done |= d.tensor == A;
+	}
+	ok(done && check_pattern(MEM_A, SZ_A, A, ITER), "frames dripped a byte at a time arrive");
+	teardown(&s);
+}
+
+/* ---------------------------------------------------------------- hellos */
+
+static int accept_err(struct p3_listener *l)
+{
+	struct p3_chan *c = NULL;
+	int err = p3_accept(l, 2000, &c);
+
+	p3_chan_close(c);
+	return err;
+}
+
+static void test_hellos(void)
+{
+	struct p3_listener *l;
+	struct p3_chan *c = NULL;
+	uint8_t junk[P3_FRAME_HDR_LEN + P3_HELLO_LEN];
+	int fd[200], i;
+
+	p3_listen("127.0.0.1", "0", NULL, &l);
+	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+	memset(junk, 0x42, sizeof(junk));
+	fd[0] = raw_socket();
+	raw_write(fd[0], junk, sizeof(junk));
+	ok_err(accept_err(l), -P3_EBADMAGIC, "garbage instead of a hello is refused");
+	close(fd[0]);
+
+	fd[0] = raw_socket();
+	raw_write(fd[0], junk, 10);
+	close(fd[0]);
+	ok_err(accept_err(l), -P3_ETRUNC, "connection closed inside its hello");
+
+	fd[0] = raw_socket();
+	fd[1] = raw_socket();
+	raw_hello(fd[0], 77, 0, 2);
+	raw_hello(fd[1], 77, 0, 2);
+	ok_err(accept_err(l), -P3_EHELLO, "two connections claiming the same band");
+	fd[2] = raw_socket();
+	raw_hello(fd[2], 77, 1, 3);
+	ok_err(accept_err(l), -P3_EHELLO, "band count disagreeing within a channel");
+	for (i = 0; i < 3; i++)
+		close(fd[i]);
+
+	/* Idle connections flood the pending list; a real channel still gets in. */
+	for (i = 0; i < 150; i++)
+		fd[i] = raw_socket();
+	p3_accept(l, 300, &c);
+	fd[150] = raw_socket();
+	fd[151] = raw_socket();
+	raw_hello(fd[150], 99, 0, 2);
+	raw_hello(fd[151], 99, 1, 2);
+	ok(p3_accept(l, 3000, &c) == 0 && c && p3_chan_id(c) == 99,
+	   "150 silent connections do not keep a real channel out");
+	p3_chan_close(c);
+	for (i = 0; i < 152; i++)
+		close(fd[i]);
+	p3_listener_close(l);
+}
+
+int main(void)
+{
+	test_attacks();
+	test_mutations();
+	test_drip();
+	test_hellos();
+	return tap_done();
+}
