@@ -1,0 +1,208 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The emulated training job: scaling, sharding, slicing, and the ideal.
+
+Scaling.  The VM moves at most ~200 Mbit/s in total, so the job is shrunk
+in bytes, not in structure.  Three constants tie the emulation to the real
+system it stands for:
+
+  TIME_SCALE  emulated seconds per modelled second of compute
+  BYTE_SCALE  emulated bytes per real parameter byte
+  gbps        the real-equivalent link rate; the emulated rate is
+              rate = gbps * 1e9 / 8 * BYTE_SCALE / TIME_SCALE   (bytes/s)
+
+so that every ratio of compute to communication time is the real one.  The
+slice is SLICE_BYTES emulated bytes (SLICE_BYTES / BYTE_SCALE real bytes).
+
+Sharding.  `fifo` shards like MXNet's KVStore (the WFBP baseline P3
+measured against): a layer of at least BIGARRAY_BOUND parameters is split
+evenly across all servers, a smaller one goes whole to server
+(layer % servers).  The sliced modes cut layers with libp3's planner and
+deal the slices out round-robin, as P3 does.
+"""
+import collections
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "userlib", "python"))
+
+TIME_SCALE = 1.0
+BYTE_SCALE = 1.0 / 400
+SLICE_BYTES = 4096
+BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
+TRAIN_BANDS = 7                     # levels 0..6; band 7 is left to
+QDISC_BANDS = TRAIN_BANDS + 1       # untagged traffic (the default band)
+FRAME_HDR = 40                      # libp3's per-frame header
+# TCP payload per byte the shaper counts: 1448-byte segments (timestamps
+# on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
+GOODPUT = 1448.0 / 1514.0
+
+MODES = ("fifo", "slice", "p3user", "p3kernel", "ideal")
+MODES_MEASURED = MODES[:-1]
+MODE_TITLES = {
+    "fifo": "FIFO (WFBP)",
+    "slice": "slicing only",
+    "p3user": "P3 user space",
+    "p3kernel": "P3 kernel (sch_p3)",
+    "ideal": "ideal (analytic)",
+}
+
+Key = collections.namedtuple(
+    "Key", "id layer server offset nbytes shard_off level prio")
+
+
+def emu_rate(gbps, byte_scale=None, time_scale=None):
+    """Emulated link rate in bytes/s for a real-equivalent rate in Gbit/s."""
+    b = BYTE_SCALE if byte_scale is None else byte_scale
+    t = TIME_SCALE if time_scale is None else time_scale
+    return gbps * 1e9 / 8 * b / t
+
+
+class Job:
+    """One configuration: model profile, mode, cluster size and link rate."""
+
+    def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
+                 time_scale=None, byte_scale=None, slice_bytes=None):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode}")
+        self.profile = profile
+        self.mode = mode
+        self.workers, self.servers = workers, servers
+        self.gbps = gbps
+        self.time_scale = TIME_SCALE if time_scale is None else time_scale
+        self.byte_scale = BYTE_SCALE if byte_scale is None else byte_scale
+        self.slice_bytes = slice_bytes or SLICE_BYTES
+        self.rate = emu_rate(gbps, self.byte_scale, self.time_scale)
+        layers = profile["layers"]
+        self.fwd = [la["fwd_s"] * self.time_scale for la in layers]
+        self.bwd = [la["bwd_s"] * self.time_scale for la in layers]
+        bpp = profile.get("bytes_per_param", 4)
+        self.layer_bytes = [max(4, round(la["params"] * bpp * self.byte_scale))
+                            for la in layers]
+        self.layer_params = [la["params"] for la in layers]
+        self.keys = self._plan()
+        self.shard_bytes = collections.Counter()
+        for k in self.keys:
+            self.shard_bytes[(k.layer, k.server)] += k.nbytes
+
+    # ------------------------------------------------------------ plans
+    @property
+    def sliced(self):
+        return self.mode != "fifo"
+
+    @property
+    def bands(self):
+        """Sockets per peer connection."""
+        return TRAIN_BANDS if self.mode == "p3kernel" else 1
+
+    def _plan(self):
+        return self._plan_slices() if self.sliced else self._plan_mxnet()
+
+    def _plan_mxnet(self):
+        keys = []
+        for layer, nbytes in enumerate(self.layer_bytes):
+            if self.layer_params[layer] >= BIGARRAY_BOUND:
+                parts = self.servers
+                servers = range(self.servers)
+            else:
+                parts = 1
+                servers = [layer % self.servers]
+            base, extra = divmod(nbytes, parts)
+            off = 0
+            for i, s in enumerate(servers):
+                n = base + (1 if i < extra else 0)
+                keys.append(Key(len(keys), layer, s, off, n, 0, 0, layer))
+                off += n
+        return self._shard_offsets(keys)
+
+    def _plan_slices(self):
+        import p3
+        tensors = [p3.Tensor(la["name"], n, i) for i, (la, n) in
+                   enumerate(zip(self.profile["layers"], self.layer_bytes))]
+        slices = p3.plan(tensors, bands=TRAIN_BANDS,
+                         slice_bytes=self.slice_bytes)
+        keys = []
+        for i, s in enumerate(slices):
+            keys.append(Key(i, s.tensor, i % self.servers, s.offset, s.length,
+                            0, s.level, s.prio))
+        return self._shard_offsets(keys)
+
+    @staticmethod
+    def _shard_offsets(keys):
+        """Place each key in its (layer, server) shard, the buffer a worker
+        receives that server's part of the layer into."""
+        fill = collections.Counter()
+        out = []
+        for k in sorted(keys, key=lambda k: (k.layer, k.offset)):
+            out.append(k._replace(shard_off=fill[(k.layer, k.server)]))
+            fill[(k.layer, k.server)] += k.nbytes
+        return sorted(out, key=lambda k: k.id)
+
+    def keys_of_layer(self):
+        by = collections.defaultdict(list)
+        for k in self.keys:
+            by[k.layer].append(k)
+        return by
+
+    # ------------------------------------------------------------ ideal
+    def link_bytes(self, keys=None):
+        """Bytes a worker's and the busiest server's link carry per
+        iteration, frame headers included."""
+        keys = self.keys if keys is None else keys
+        worker = sum(k.nbytes + FRAME_HDR for k in keys)
+        per_server = collections.Counter()
+        for k in keys:
+            per_server[k.server] += self.workers * (k.nbytes + FRAME_HDR)
+        return max([worker] + list(per_server.values()))
+
+    def ideal(self):
+        """The analytic ideal (perfect overlap) for this model, cluster and
+        link rate, with P3's slicing and sharding:
+
+          iter = max(C + d0, L/r + f_last + b_last + s/r)
+
+        C       compute per iteration (all forward and backward layers);
+        d0      the first layer's synchronisation, which cannot overlap:
+                its gradient exists only at the end of backward and the
+                next forward needs it first; push and pull pipelined at
+                slice granularity, d0 = max(bytes0 on either link)/r + s/r;
+        L       bytes per iteration on the busiest link (every worker link
+                carries the whole model once, each server link its shard
+                for every worker);
+        r       the link's TCP goodput (rate * 1448/1514);
+        f_last, b_last
+                the last layer's forward and backward: no gradient exists
+                before b_last ends and every byte of the previous iteration
+                must have arrived before f_last starts, so a link idles
+                for at least that long each iteration;
+        s       one slice (store-and-forward at the server).
+        """
+        ref = self if self.sliced else Job(
+            self.profile, "p3kernel", self.workers, self.servers, self.gbps,
+            self.time_scale, self.byte_scale, self.slice_bytes)
+        r = ref.rate * GOODPUT
+        slice_s = (ref.slice_bytes + FRAME_HDR) / r
+        compute = sum(ref.fwd) + sum(ref.bwd)
+        d0 = ref.link_bytes([k for k in ref.keys if k.layer == 0]) / r
+        link = ref.link_bytes() / r
+        a = compute + d0 + slice_s
+        b = link + ref.fwd[-1] + ref.bwd[-1] + slice_s
+        return {"iter_s": max(a, b), "compute_s": compute, "link_s": link,
+                "first_layer_sync_s": d0, "bound": "compute" if a >= b
+                else "network"}
+
+    def samples_per_s(self, iter_s):
+        """Real-equivalent throughput of the whole job."""
+        return (self.workers * self.profile["batch"] /
+                (iter_s / self.time_scale))
+
+    def describe(self):
+        return {"model": self.profile["model"], "mode": self.mode,
+                "workers": self.workers, "servers": self.servers,
+                "gbps": self.gbps, "rate_Bps": self.rate,
+                "rate_mbit": self.rate * 8 / 1e6,
+                "time_scale": self.time_scale, "byte_scale": self.byte_scale,
+                "slice_bytes": self.slice_bytes, "keys": len(self.keys),
+                "model_bytes": sum(self.layer_bytes),
+                "batch": self.profile["batch"]}

@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Unit tests of the model profiles and of the job plan (host only, TAP).
+
+  bench/train/test_models.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import job      # noqa: E402
+import models   # noqa: E402
+
+
+class Tap:
+    def __init__(self):
+        self.n = self.failed = 0
+        print("TAP version 13")
+
+    def ok(self, cond, name, diag=""):
+        self.n += 1
+        if not cond:
+            self.failed += 1
+            for line in diag.splitlines():
+                print("# " + line)
+        print(f"{'ok' if cond else 'not ok'} {self.n} - {name}", flush=True)
+
+    def done(self):
+        print(f"1..{self.n}")
+        print(f"# {self.n - self.failed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
+
+
+def main():
+    t = Tap()
+    profiles = {n: models.profile(n) for n in models.MODELS}
+
+    for name, want in sorted(models.PUBLISHED_PARAMS.items()):
+        got = profiles[name]["params"]
+        err = abs(got - want) / want
+        t.ok(err <= 0.005, f"{name} has {got / 1e6:.3f} M parameters, "
+             f"published {want / 1e6:.2f} M (off by {err:.3%})")
+
+    for name, p in sorted(profiles.items()):
+        la = p["layers"]
+        t.ok(all(x["params"] > 0 for x in la),
+             f"{name}: every layer owns parameters")
+        t.ok([x["index"] for x in la] == list(range(len(la))),
+             f"{name}: layers are in forward order")
+        bad = [x["name"] for x in la[1:]
+               if x["bwd_flops"] != 2 * x["fwd_flops"]]
+        t.ok(not bad and la[0]["bwd_flops"] == la[0]["fwd_flops"],
+             f"{name}: backward is 2x forward (1x for the input layer)",
+             "layers: " + " ".join(bad))
+        t.ok(abs(p["iter_compute_s"] - sum(x["fwd_s"] + x["bwd_s"]
+                                           for x in la)) < 1e-9,
+             f"{name}: compute {p['iter_compute_s'] * 1e3:.1f} ms per "
+             f"iteration is the sum of its layers")
+
+    # Forward FLOPs against well-known figures (multiply-adds x 2).
+    for name, gmac, tol in (("vgg19", 19.6, 0.02), ("resnet50", 4.1, 0.02),
+                            ("inception3", 5.7, 0.03)):
+        got = profiles[name]["fwd_flops_per_sample"] / 2e9
+        t.ok(abs(got - gmac) / gmac <= tol,
+             f"{name}: {got:.2f} G multiply-adds per sample (about {gmac})")
+
+    # The job plan: every parameter byte is owned by exactly one key.
+    for mode in job.MODES_MEASURED:
+        j = job.Job(profiles["vgg19"], mode=mode, workers=4, servers=4,
+                    gbps=10)
+        per_layer = [0] * len(j.layer_bytes)
+        for k in j.keys:
+            per_layer[k.layer] += k.nbytes
+        t.ok(per_layer == j.layer_bytes,
+             f"plan {mode}: keys cover every layer exactly")
+        shards = {}
+        for k in j.keys:
+            shards.setdefault((k.layer, k.server), []).append(k)
+        def contiguous(ks, size):
+            end = 0
+            for k in sorted(ks, key=lambda k: k.shard_off):
+                if k.shard_off != end:
+                    return False
+                end += k.nbytes
+            return end == size
+        good = all(contiguous(ks, j.shard_bytes[key])
+                   for key, ks in shards.items())
+        t.ok(good, f"plan {mode}: per-server shards are contiguous")
+
+    j = job.Job(profiles["vgg19"], mode="p3kernel", workers=4, servers=4,
+                gbps=10)
+    lv = [max(k.level for k in j.keys if k.layer == i)
+          for i in range(len(j.layer_bytes))]
+    t.ok(lv == sorted(lv) and lv[0] == 0 and
+         lv[-1] == job.TRAIN_BANDS - 1,
+         f"p3kernel levels rise with forward order (0..{lv[-1]})")
+    ideal = j.ideal()
+    t.ok(ideal["iter_s"] >= max(ideal["compute_s"], ideal["link_s"]),
+         f"ideal {ideal['iter_s']:.3f} s >= max(compute, link)")
+    return t.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
