@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Tests of the Python binding (unittest), reported as TAP lines."""
+
+import errno
+import socket
+import sys
+import threading
+import time
+import traceback
+import unittest
+
+import numpy as np
+
+import p3
+
+
+def _sender(port, work, bands=4, errors=None):
+    """Connect and run work(channel) in a thread; errors collects failures."""
+    def run():
+        try:
+            with p3.Channel.connect('127.0.0.1', port, bands=bands) as ch:
+                work(ch)
+                ch.flush(timeout=30)
+        except Exception as e:          # reported by the receiving test
+            if errors is not None:
+                errors.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+class TagTest(unittest.TestCase):
+    def test_dscp_roundtrip(self):
+        with socket.socket() as s:
+            p3.tag(s, 5)
+            self.assertEqual(p3.tag_get(s), 5)
+            self.assertEqual(s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) >> 2, 6)
+            self.assertEqual(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT), 16384)
+
+    def test_fd_and_lowat(self):
+        with socket.socket(socket.AF_INET6) as s:
+            p3.tag(s.fileno(), 2, method='dscp', notsent_lowat=4096)
+            self.assertEqual(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT), 4096)
+            self.assertEqual(p3.tag_get(s.fileno(), 'dscp'), 2)
+
+    def test_untagged(self):
+        with socket.socket() as s:
+            self.assertIsNone(p3.tag_get(s))
+
+    def test_priority(self):
+        with socket.socket() as s:
+            p3.tag(s, 3, method='priority')
+            self.assertEqual(s.getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY), 4)
+
+    def test_dscp_range(self):
+        with socket.socket() as s:
+            with self.assertRaises(p3.Error) as cm:
+                p3.tag(s, 63)
+            self.assertEqual(cm.exception.errno, p3.EDSCPRANGE)
+            self.assertIn('62', str(cm.exception))
+
+    def test_bad_method(self):
+        with socket.socket() as s, self.assertRaises(ValueError):
+            p3.tag(s, 1, method='carrier-pigeon')
+
+
+class PlanTest(unittest.TestCase):
+    def test_hand_worked(self):
+        got = p3.plan([('conv1', 500000, 0), ('bn1', 100, 1), ('bn2', 100, 1),
+                       ('fc', 1000, 2)], bands=4, alpha=1e-5)
+        want = [p3.Slice(0, 0, 200000, 0, 0, 0), p3.Slice(0, 200000, 200000, 0, 1, 0),
+                p3.Slice(0, 400000, 100000, 0, 2, 0), p3.Slice(1, 0, 100, 1, 3, 1),
+                p3.Slice(2, 0, 100, 1, 3, 2), p3.Slice(3, 0, 1000, 2, 4, 3)]
+        self.assertEqual(got, want)
+
+    def test_inputs(self):
+        a = p3.plan([{'name': 'x', 'bytes': 10, 'fwd': 1}, p3.Tensor('y', 20, 0)])
+        self.assertEqual([(s.tensor, s.level) for s in a], [(1, 0), (0, 1)])
+        self.assertEqual(p3.plan([]), [])
+
+    def test_invariants(self):
+        rng = np.random.default_rng(3)
+        for _ in range(50):
+            n = int(rng.integers(1, 80))
+            ts = [('t%d' % i, int(rng.integers(1, 600000)), int(rng.integers(0, n)))
+                  for i in range(n)]
+            bands = int(rng.integers(1, 9))
+            sl = p3.plan(ts, bands=bands, alpha=1e-5)
+            cover = {}
+            for s in sl:
+                cover.setdefault(s.tensor, []).append((s.offset, s.length))
+            for t, (_, nbytes, _) in enumerate(ts):
+                pos = 0
+                for off, ln in sorted(cover[t]):
+                    self.assertEqual(off, pos)
+                    pos += ln
+                self.assertEqual(pos, nbytes)
+            fwd = [(ts[s.tensor][2], s.level) for s in sl]
+            self.assertEqual(fwd, sorted(fwd))
+            self.assertTrue(all(s.level < bands for s in sl))
+
+    def test_errors(self):
+        with self.assertRaises(p3.Error) as cm:
+            p3.plan([('a', 1, 0)], bands=65)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+
+    def test_suggest(self):
+        self.assertAlmostEqual(p3.suggest_slice(1e-5, 1e-9), 190760, delta=4)
+        self.assertEqual(p3.suggest_slice(0, 0), p3.DEFAULT_SLICE)
+
+
+class ChannelTest(unittest.TestCase):
+    def test_numpy_plan(self):
+        rng = np.random.default_rng(7)
+        grads = [rng.standard_normal(int(rng.integers(1, 300000))).astype(np.float32)
+                 for _ in range(60)]
+        model = [('g%d' % i, g.nbytes, i) for i, g in enumerate(grads)]
+        slices = p3.plan(model, bands=4, alpha=1e-5)
+        errors = []
+        with p3.Listener() as lst:
+            t = _sender(lst.port, lambda ch: ch.send_plan(slices, grads, iteration=3),
+                        errors=errors)
+            rx = lst.accept(timeout=10)
+            out = [np.zeros_like(g) for g in grads]
+            for i, o in enumerate(out):
+                rx.expect(i, o, iteration=3)
+            done = rx.wait(timeout=60)
+            t.join()
+            rx.close()
+        self.assertEqual(errors, [])
+        self.assertEqual(sorted(c.tensor for c in done), list(range(60)))
+        for g, o in zip(grads, out):
+            np.testing.assert_array_equal(g, o)
+        now = time.monotonic_ns()
+        for c in done:
+            self.assertEqual(c.iteration, 3)
+            self.assertTrue(0 < c.t_first <= c.t_done <= now)
+
+    def test_buffers(self):
+        with p3.Listener() as lst:
+            def work(ch):
+                ch.send(1, b'bytes object', level=0)
+                ch.send(2, bytearray(b'a bytearray'), level=1)
+                ch.send(3, memoryview(np.arange(8, dtype=np.int64)), level=2, offset=0)
+                ch.send(4, np.arange(4, dtype=np.uint8), level=3, offset=4)
+            t = _sender(lst.port, work)
+            with lst.accept(timeout=10) as rx:
+                self.assertEqual(rx.bands, 4)
+                a, b = bytearray(12), bytearray(11)
+                c, d = np.zeros(8, dtype=np.int64), np.full(8, 9, dtype=np.uint8)
+                rx.expect(1, a)
+                rx.expect(2, b)
+                rx.expect(3, c)
+                with self.assertRaises(ValueError):
+                    rx.expect(5, b'read-only')
+                with self.assertRaises(ValueError):
+                    rx.expect(6, np.zeros((4, 4))[:, 1])    # not contiguous
+                rx.expect(4, d)
+                # tensor 4 is only half-sent: wait for the others, then check
+                deadline = time.monotonic() + 10
+                got = set()
+                while len(got) < 3 and time.monotonic() < deadline:
+                    got |= {x.tensor for x in rx.poll(0.2)}
+                t.join()
+        self.assertEqual(bytes(a), b'bytes object')
+        self.assertEqual(bytes(b), b'a bytearray')
+        np.testing.assert_array_equal(c, np.arange(8))
+        self.assertEqual(list(d), [9, 9, 9, 9, 0, 1, 2, 3])
+        self.assertEqual(got, {1, 2, 3})
+
+    def test_urgent_first(self):
+        # one band, receiver not yet reading: bulk queues up; urgent overtakes
+        bulk = np.ones(1 << 18, dtype=np.uint8)
+        with p3.Listener() as lst:
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=1)
+            for i in range(30):
+                tx.send(100 + i, bulk, level=0, prio=10, timeout=0)
+            tx.send(1, np.zeros(1000, dtype=np.uint8), level=0, prio=0, timeout=0)
+            rx = lst.accept(timeout=10)
+            bufs = [np.zeros(1 << 18, dtype=np.uint8) for _ in range(30)]
+            for i, b in enumerate(bufs):
+                rx.expect(100 + i, b)
+            rx.expect(1, np.zeros(1000, dtype=np.uint8))
+            order = []
+            while rx.pending:
+                tx.poll(0)
+                order += [c.tensor for c in rx.poll(0.01)]
+            tx.close()
+            rx.close()
+        self.assertLess(order.index(1), 10, order)
+
+    def test_hostile_peer(self):
+        with p3.Listener() as lst:
+            socks = []
+            for band in range(2):
+                s = socket.create_connection(('127.0.0.1', lst.port))
+                hello = bytearray(56)
+                lib = p3._lib
+                buf = (p3.ctypes.c_char * 56).from_buffer(hello)
+                lib.p3_hello_build(buf, p3.ctypes.c_uint64(77), band, 2)
+                s.sendall(hello)
+                socks.append(s)
+            rx = lst.accept(timeout=5)
+            good = np.zeros(10, dtype=np.uint8)
+            rx.expect(1, good)
+            socks[1].sendall(b'\x00' * 100)
+            with self.assertRaises(p3.Error) as cm:
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    rx.poll(0.1)
+            self.assertEqual(cm.exception.errno, p3.EBADMAGIC)
+            self.assertEqual(rx.band_status(1), -p3.EBADMAGIC)
+            self.assertEqual(rx.band_status(0), 0)
+            for s in socks:
+                s.close()
+            rx.close()
+
+    def test_accept(self):
+        with p3.Listener() as lst:
+            with self.assertRaises(p3.Error) as cm:
+                lst.accept(timeout=0.1)
+            self.assertEqual(cm.exception.errno, errno.ETIMEDOUT)
+            junk = socket.create_connection(('127.0.0.1', lst.port))
+            junk.sendall(b'J' * 56)
+            with self.assertRaises(p3.Error):   # the junk is skipped, then timeout
+                lst.accept(timeout=0.5)
+            self.assertEqual(lst.last_error.errno, p3.EBADMAGIC)
+            with self.assertRaises(p3.Error) as cm:
+                junk2 = socket.create_connection(('127.0.0.1', lst.port))
+                junk2.sendall(b'J' * 56)
+                lst.accept(timeout=5, strict=True)
+            self.assertEqual(cm.exception.errno, p3.EBADMAGIC)
+            junk2.close()
+            t = _sender(lst.port, lambda ch: None, bands=2)
+            rx = lst.accept(timeout=5)
+            self.assertEqual(rx.bands, 2)
+            t.join()
+            rx.close()
+            junk.close()
+
+    def test_send_plan_bounds(self):
+        with p3.Listener() as lst:
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=2)
+            with self.assertRaises(ValueError):
+                tx.send_plan([p3.Slice(0, 12, 8, 0, 0, 0)], [np.zeros(4, np.float32)])
+            tx.close()
+            with self.assertRaises(ValueError):
+                tx.send(1, b'x', 0)
+
+
+class QdiscTest(unittest.TestCase):
+    def test_no_device(self):
+        with self.assertRaises(p3.Error) as cm:
+            p3.qdisc_stats('nosuchdev0')
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+
+    def test_options(self):
+        with self.assertRaises(TypeError):
+            p3.qdisc_add('lo', colour='blue')
+        with self.assertRaises(ValueError):
+            p3.qdisc_add('lo', handle='10')
+
+
+class TapResult(unittest.TestResult):
+    """Prints one TAP line per test."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def _line(self, test, ok, extra=None):
+        self.n += 1
+        print('%sok %d - python: %s' % ('' if ok else 'not ', self.n, test.id().split('.', 1)[1]))
+        if extra:
+            for line in extra.rstrip().splitlines():
+                print('# ' + line)
+        sys.stdout.flush()
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self._line(test, True)
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._line(test, False, ''.join(traceback.format_exception(*err)))
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._line(test, False, ''.join(traceback.format_exception(*err)))
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.n += 1
+        print('ok %d - python: %s # SKIP %s' % (self.n, test.id(), reason))
+
+
+def main():
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    result = TapResult()
+    suite.run(result)
+    print('1..%d' % result.n)
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
