@@ -38,6 +38,11 @@
 #define P3_FLOW_IDLE	HZ
 #define P3_MIN_QUANTUM	256
 #define P3_MAX_QUANTUM	(1U << 20)
+/* The pacer may make up for a late watchdog (or an idle gap) by sending
+ * this much time's worth of bytes back to back, and no more: it is the
+ * depth of a token bucket, and bounds bursts at rate x P3_PACE_HORIZON.
+ */
+#define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below one GSO packet's truesize would drop everything. */
 #define P3_MIN_MEMORY	(64U << 10)
 
@@ -567,9 +572,8 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 
 	if (!q->cfg.rate)
 		return;
-	/* An idle link earns no credit: pace from now, not from the past. */
 	now = ktime_get_ns();
-	q->time_next_packet = max(now, q->time_next_packet) +
+	q->time_next_packet = max(now - P3_PACE_HORIZON, q->time_next_packet) +
 			      div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 

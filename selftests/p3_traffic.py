@@ -16,9 +16,12 @@ import time
 
 from p3lib import (PORT, RADDR, RADDR6, RCV, SDEV, SND, Check, KernelLog,
                    Sink, Tap, class_stats, diff_bands, p3t, parse_rate,
-                   qdisc_json, sh, tc, tcp_rate, teardown, topology)
+                   qdisc_json, sh, tc, tcp_rate, tcp_span, teardown,
+                   topology)
 
-RATE = "50mbit"
+# Low enough that the link, not the emulated CPU, is the bottleneck even
+# on a busy 2-core host.
+RATE = "20mbit"
 # TCP payload per wire byte: 1448-byte segments in 1514-byte frames.
 GOODPUT = 1448 / 1514
 BULK, URGENT = "prio:8", "prio:1"   # bands 7 and 0 of an 8-band p3
@@ -30,31 +33,34 @@ def p3_root(opts=f"rate {RATE}"):
 
 def urgent_share(chk, link_bps, setup):
     """Bulk flows saturate the link; an urgent flow joins for a while.
-    Checks the urgent share, and that bulk gets the link back after."""
+    Checks the urgent share, and that bulk gets the link back after.
+    Windows come from the sink's own record of when each group was
+    active, so slow process start-up in the VM does not skew them."""
     setup()
     sink = Sink()
-    t0 = time.monotonic()
     bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
-                "--seconds", "7", "--tag", BULK, "--group", "1"], wait=False)
-    time.sleep(2)
-    tu = time.monotonic()
+                "--seconds", "11", "--tag", BULK, "--group", "1"],
+               wait=False)
+    time.sleep(2.5)
     p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "1", "--seconds",
-         "3", "--tag", URGENT, "--group", "2"])
-    tu_end = time.monotonic()
+         "3.5", "--tag", URGENT, "--group", "2"])
     bulk.wait(timeout=60)
-    t_end = time.monotonic()
     rep = sink.stop()
 
+    (b0, b1), (u0, u1) = tcp_span(rep, 1), tcp_span(rep, 2)
     goodput = link_bps * GOODPUT
-    u = tcp_rate(rep, 2, tu + 0.5, tu_end - 0.2)
-    b_during = tcp_rate(rep, 1, tu + 0.5, tu_end - 0.2)
-    b_before = tcp_rate(rep, 1, t0 + 0.7, tu)
-    b_after = tcp_rate(rep, 1, tu_end + 0.5, t_end - 0.3)
+    u = tcp_rate(rep, 2, u0 + 0.5, u1 - 0.3)
+    b_during = tcp_rate(rep, 1, u0 + 0.5, u1 - 0.3)
+    b_before = tcp_rate(rep, 1, b0 + 0.5, u0)
+    b_after = tcp_rate(rep, 1, u1 + 0.5, b1 - 0.5)
     share = u / (u + b_during) if u + b_during else 0
     chk.note(f"link goodput {goodput / 1e6:.1f} Mbit/s; bulk before "
              f"{b_before / 1e6:.1f}, urgent {u / 1e6:.1f} vs bulk "
              f"{b_during / 1e6:.1f} (urgent share {share:.3f}), "
              f"bulk after {b_after / 1e6:.1f}")
+    chk.expect(b_before >= 0.8 * goodput,
+               f"bulk alone reached only {b_before / 1e6:.1f} Mbit/s: "
+               "the link was not the bottleneck")
     chk.expect(share >= 0.9, f"urgent share {share:.3f} < 0.90")
     chk.expect(u >= 0.9 * goodput,
                f"urgent rate {u / 1e6:.1f} < 90% of the link")
@@ -138,17 +144,19 @@ def test_reorder_control(chk):
 
 
 def test_overflow(chk):
-    p3_root("rate 10mbit limit 50")
+    # The limit leaves room for a stall of the (emulated) link: the urgent
+    # and mid bands alone must never fill it.
+    p3_root("rate 5mbit limit 200")
     before = class_stats()
     sink = Sink()
-    flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", "20000",
-                 "--pps", "4000", "--size", "1000", "--tags", BULK,
+    flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", "15000",
+                 "--pps", "2500", "--size", "1000", "--tags", BULK,
                  "--group", "11"], wait=False)
-    mid = p3t(["udp", RADDR, "--port", str(PORT), "--count", "1000",
-               "--pps", "200", "--size", "1000", "--tags", "prio:4",
+    mid = p3t(["udp", RADDR, "--port", str(PORT), "--count", "500",
+               "--pps", "100", "--size", "1000", "--tags", "prio:4",
                "--group", "12"], wait=False)
-    p3t(["udp", RADDR, "--port", str(PORT), "--count", "2000", "--pps",
-         "400", "--size", "1000", "--tags", URGENT, "--group", "10"])
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "1000", "--pps",
+         "200", "--size", "1000", "--tags", URGENT, "--group", "10"])
     mid.wait(timeout=60)
     flood.wait(timeout=120)
     time.sleep(1)
@@ -158,12 +166,12 @@ def test_overflow(chk):
     drops = {b: v["drops"] for b, v in d.items() if v["drops"]}
     got = {g: rep.get(g, {}).get("received", 0) for g in ("10", "12", "11")}
     chk.note(f"drops per band {drops}; xstats drops_limit "
-             f"{xs.get('drops_limit')}; received urgent {got['10']}/2000, "
-             f"mid {got['12']}/1000, flood {got['11']}/20000")
+             f"{xs.get('drops_limit')}; received urgent {got['10']}/1000, "
+             f"mid {got['12']}/500, flood {got['11']}/15000")
     chk.expect(d[7]["drops"] > 0, "the least urgent band dropped nothing")
     chk.expect(all(v["drops"] == 0 for b, v in d.items() if b != 7),
                "a more urgent band dropped")
-    chk.expect(got["10"] == 2000 and got["12"] == 1000,
+    chk.expect(got["10"] == 1000 and got["12"] == 500,
                "urgent or mid datagrams lost")
     chk.expect(xs.get("drops_limit") == d[7]["drops"],
                "xstats drops_limit disagrees with the band drops")
@@ -232,8 +240,8 @@ def test_under_htb(chk):
 
 
 def test_own_rate(chk):
-    want = parse_rate("40mbit")
-    p3_root("rate 40mbit")
+    want = parse_rate("25mbit")
+    p3_root("rate 25mbit")
     sink = Sink()
     bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
                 "--seconds", "6", "--tag", BULK, "--group", "1"], wait=False)
@@ -244,7 +252,7 @@ def test_own_rate(chk):
     bulk.wait(timeout=60)
     sink.stop()
     got = (b1 - b0) * 8 / (t1 - t0)
-    chk.note(f"wire rate {got / 1e6:.2f} Mbit/s for rate 40mbit "
+    chk.note(f"wire rate {got / 1e6:.2f} Mbit/s for rate 25mbit "
              f"({got / want:.3f})")
     chk.expect(abs(got / want - 1) <= 0.05, "rate off by more than 5%")
 

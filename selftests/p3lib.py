@@ -118,6 +118,11 @@ def topology(ipv6=True):
         sh(f"ip link set {dev} up", ns=ns)
         sh("ip link set lo up", ns=ns)
         # Segmentation offloads stay on: p3 must pace GSO packets whole.
+    # veth hands each packet to the backlog of the CPU that sent it, and two
+    # CPUs drain their backlogs independently: that alone reorders a flow
+    # after the qdisc.  Steering all receive work to one CPU (as RSS keeps
+    # a flow on one queue) makes arrival order the qdisc's dequeue order.
+    sh(f"sh -c 'echo 1 > /sys/class/net/{RDEV}/queues/rx-0/rps_cpus'", ns=RCV)
 
 
 def teardown():
@@ -152,6 +157,8 @@ def qdisc_json(dev=SDEV, ns=SND, kind="p3"):
     """The p3 qdisc's `tc -s -j qdisc show` object (options, stats, xstats)."""
     for q in json.loads(tc(f"-s -j qdisc show dev {dev}", ns=ns)):
         if q.get("kind") == kind:
+            # tc prints xstats at the top level of the qdisc object.
+            q.setdefault("xstats", q)
             return q
     raise RuntimeError(f"no {kind} qdisc on {dev}")
 
@@ -191,12 +198,23 @@ def p3t(args, ns=SND, wait=True):
                           text=True, timeout=300).stdout
 
 
+def tcp_span(report, group):
+    """(first, last) time.monotonic() instants at which TCP group @group
+    delivered data, or None."""
+    bins = report["tcp"].get(str(group))
+    if not bins:
+        return None
+    return bins[0][0] * report["bin"], (bins[-1][0] + 1) * report["bin"]
+
+
 def tcp_rate(report, group, t_from, t_to):
     """Received bit rate of TCP group @group between two time.monotonic()
     instants (the sink bins by the same clock)."""
     bins = dict(report["tcp"].get(str(group), []))
     width = report["bin"]
     lo, hi = int(t_from / width), int(t_to / width)
+    if hi <= lo:
+        return 0.0
     total = sum(v for b, v in bins.items() if lo <= b < hi)
     return total * 8 / ((hi - lo) * width)
 
