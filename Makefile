@@ -10,7 +10,7 @@
 
 BUILD   := $(CURDIR)/build
 VERSION := 0.1
-PREFIX  ?= /usr
+PREFIX  ?= /usr/local
 DESTDIR ?=
 # Every kernel with headers installed; set KVERS to build for fewer.
 KVERS   ?= $(sort $(patsubst /lib/modules/%/build,%,$(wildcard /lib/modules/*/build)))
@@ -52,8 +52,8 @@ demo-run: all
 	@bench/demo.sh
 
 install: module-install
-	@$(MAKE) --no-print-directory -C tc install BUILD=$(BUILD)
-	@$(MAKE) --no-print-directory -C userlib install BUILD=$(BUILD)
+	@$(MAKE) --no-print-directory -C tc install BUILD=$(BUILD) DESTDIR=$(DESTDIR)
+	@$(MAKE) --no-print-directory -C userlib install BUILD=$(BUILD) DESTDIR=$(DESTDIR) PREFIX=$(PREFIX)
 	install -D -m 644 docs/tc-p3.8 $(DESTDIR)$(PREFIX)/share/man/man8/tc-p3.8
 
 module-install:
