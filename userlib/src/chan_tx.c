@@ -506,8 +506,8 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 		return err;
 	}
 	c->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
-	for (unsigned int b = 0; b < c->bands; b++)
-		band_write(c, &c->tx[b]);
+	/* The hellos go out now, so the listener can match them early. */
+	tx_step(c, 0);
 	*out = c;
 	return 0;
 }

@@ -11,7 +11,8 @@ static const char *const p3_errmsg[__P3_EMAX - P3_ERRBASE] = {
 	[P3_EBADFRAME - P3_ERRBASE] =
 		"bad frame: unknown type, non-zero reserved field or empty slice",
 	[P3_ETOOBIG - P3_ERRBASE] = "bad frame: payload longer than the receiver accepts",
-	[P3_ELEVEL - P3_ERRBASE] = "bad frame: level not below the band count, or not its connection's band",
+	[P3_ELEVEL - P3_ERRBASE] =
+		"bad frame: level not below the band count, or not its connection's band",
 	[P3_ERANGE - P3_ERRBASE] =
 		"bad frame: offset + length outside the registered tensor",
 	[P3_ECSUM - P3_ERRBASE] = "bad frame: CRC32C checksum mismatch",

@@ -266,14 +266,13 @@ static int listener_step(struct p3_listener *l, int wait_ms, struct p3_chan **ou
 	r = poll(pfd, n + 1, wait_ms);
 	if (r < 0)
 		return errno == EINTR ? 0 : -errno;
-	/* Backwards, since dropping entry i moves the last one into it. */
-	for (i = n; r > 0 && i-- > 0;) {
+	/* Backwards: dropping entry i moves the last one, already seen, into it. */
+	for (i = n; i-- > 0;) {
 		if (!pfd[i + 1].revents)
 			continue;
 		r = pend_read(l, i, out);
 		if (r)
 			return r;
-		r = 1;
 	}
 	if (pfd[0].revents)
 		listener_accept(l);

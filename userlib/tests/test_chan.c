@@ -275,9 +275,10 @@ static void test_plan_send(void)
 	int guards, err;
 
 	for (i = 0; i < 150; i++) {
-		model[i] = (struct p3_tensor){ NULL, rnd_range(&rs, 0, 9) ? rnd_range(&rs, 4, 9000)
-									  : rnd_range(&rs, 1, 900000),
-					       (uint32_t)i };
+		uint64_t bytes = rnd_range(&rs, 0, 9) ? rnd_range(&rs, 4, 9000)
+						      : rnd_range(&rs, 1, 900000);
+
+		model[i] = (struct p3_tensor){ NULL, bytes, (uint32_t)i };
 		t[i] = (struct tensor){ .id = (uint32_t)i, .size = model[i].bytes,
 					.mem = guarded(model[i].bytes) };
 		fill_pattern(t[i].mem + GUARD, t[i].size, t[i].id, 4);
@@ -465,7 +466,7 @@ static void test_two_channels(void)
 	struct rx_result r[2] = { { 0 } };
 	pthread_t th[2];
 	uint64_t rs = 3;
-	int k, guards, good = 1, which;
+	int k, i, guards, good = 1, which;
 
 	for (k = 0; k < 2; k++) {
 		make_tensors(t[k], 30, j[k].bands, &rs);
@@ -476,7 +477,7 @@ static void test_two_channels(void)
 	p3_accept(l, 10000, &rx[1]);
 	for (k = 0; k < 2 && rx[k]; k++) {
 		which = p3_chan_bands(rx[k]) == 8 ? 0 : 1;
-		for (int i = 0; i < 30; i++)
+		for (i = 0; i < 30; i++)
 			p3_chan_expect(rx[k], t[which][i].id, t[which][i].mem + GUARD,
 				       t[which][i].size, 0);
 		receive_all(rx[k], t[which], 30, 0, &r[k]);

@@ -146,7 +146,8 @@ static void test_sockopt_methods(void)
 	ok(good, "priority: levels 0..5 as SO_PRIORITY 1..6 (no privilege needed)");
 	/* This process may hold CAP_NET_ADMIN; the unprivileged case is below. */
 	if (p3_tag_ex(s, 40, P3_METHOD_PRIORITY, -1) == 0)
-		ok(getint(s, SOL_SOCKET, SO_PRIORITY) == 41, "priority level 40 with CAP_NET_ADMIN");
+		ok(getint(s, SOL_SOCKET, SO_PRIORITY) == 41,
+		   "priority level 40 with CAP_NET_ADMIN");
 	else
 		ok(1, "priority level 40 # SKIP no CAP_NET_ADMIN");
 	if (p3_tag_ex(s, 7, P3_METHOD_MARK, -1) == 0)
@@ -191,7 +192,7 @@ static void test_unprivileged(void)
 		return;
 	}
 	status = WEXITSTATUS(status);
-	ok(!(status & 1), "without CAP_NET_ADMIN: priority level 6 (SO_PRIORITY 7) -> ENEEDCAP_PRIO");
+	ok(!(status & 1), "without CAP_NET_ADMIN: priority level 6 (SO_PRIORITY 7): ENEEDCAP");
 	ok(!(status & 2), "without CAP_NET_ADMIN: priority level 5 still works");
 	ok(!(status & 4), "without CAP_NET_ADMIN: mark -> ENEEDCAP_MARK");
 	ok(!(status & 8), "without CAP_NET_ADMIN: dscp level 50 works");

@@ -83,7 +83,8 @@ static inline int loop_pair(int family, int type, int v4mapped, int fds[2])
 		s6->sin6_addr = in6addr_loopback;
 		len = sizeof(*s6);
 	}
-	if (bind(l, (struct sockaddr *)&ss, len) < 0 || getsockname(l, (struct sockaddr *)&ss, &len) < 0)
+	if (bind(l, (struct sockaddr *)&ss, len) < 0 ||
+	    getsockname(l, (struct sockaddr *)&ss, &len) < 0)
 		goto fail;
 	if (type == SOCK_STREAM && listen(l, 4) < 0)
 		goto fail;
