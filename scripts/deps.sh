@@ -7,7 +7,7 @@ set -euo pipefail
 # Kernels: 6.1 is bookworm's own; 6.12 comes from bookworm-security. The
 # meta-packages keep each image and its headers at the same version.
 packages=(
-	build-essential pkg-config sparse kmod xz-utils cpio
+	build-essential pkg-config sparse kmod xz-utils zstd
 	linux-image-amd64 linux-headers-amd64
 	linux-image-6.12-amd64 linux-headers-6.12-amd64
 	qemu-system-x86 busybox-static
