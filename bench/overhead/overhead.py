@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Qdisc overhead: packets per second one CPU pushes through p3 (8 and 64
+bands) against pfifo_fast and fq, on an unshaped veth, where the CPU and
+not the link is the bottleneck.  Runs as root inside the VM
+(bench/overhead/run.sh boots it and builds the sender):
+
+  selftests/vm-run -- bench/overhead/overhead.py --out DIR
+
+The selftests' topology (selftests/p3lib.py): p3snd's s0 <-> p3rcv's r0.
+build/bench/overhead/udpflood, pinned to CPU 0, sends 64-byte UDP
+datagrams with sendmmsg from 1 or 1024 sockets (one flow each, socket i
+tagged SO_PRIORITY i % 64 + 1, so 64 bands are all in use).  The receiver
+drops every packet at r0's ingress (clsact, matchall), and its receive
+work is steered to CPU 1, so CPU 0 spends its time in the sender, the
+stack and the qdisc.  Packets are counted where the qdisc counts them
+(`Sent ... pkt` of the root qdisc) and at the receiver's drop filter.
+
+Every qdisc and flow count is measured --reps times, the order of the
+qdiscs rotating from one round to the next so that drift in the host's
+speed spreads over all of them.  noqueue (no qdisc at all) is the floor.
+Raw results go to DIR/results.json; bench/overhead/report.py formats them.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "selftests"))
+
+import p3lib  # noqa: E402
+from p3lib import RADDR, RCV, RDEV, SDEV, SND  # noqa: E402
+
+FLOOD = os.path.join(REPO, "build", "bench", "overhead", "udpflood")
+QDISCS = {
+    "pfifo_fast": "pfifo_fast",
+    "fq": "fq",
+    "p3 bands 8": "p3 bands 8",
+    "p3 bands 64": "p3 bands 64",
+    "noqueue": "noqueue",
+}
+DPORT = 9000
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sent_packets():
+    """Packets the root qdisc of s0 has sent (0 for noqueue)."""
+    out = p3lib.tc(f"-s qdisc show dev {SDEV}")
+    m = re.search(r"Sent \d+ bytes (\d+) pkt", out)
+    return int(m[1]) if m else 0
+
+
+def received_packets():
+    out = p3lib.tc(f"-s filter show dev {RDEV} ingress", ns=RCV)
+    m = re.search(r"Sent \d+ bytes (\d+) pkt", out)
+    return int(m[1]) if m else 0
+
+
+def install(spec):
+    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    p3lib.tc(f"qdisc add dev {SDEV} root handle 1: {spec}")
+
+
+def measure(spec, flows, cfg):
+    install(spec)
+    # One short burst first: ARP, the flows' first lookup, caches.
+    p3lib.sh(f"{FLOOD} -d {RADDR} -p {DPORT} -f {flows} -t 0.2 -P 64",
+             ns=SND)
+    q0, r0 = sent_packets(), received_packets()
+    out = p3lib.sh(f"taskset -c 0 {FLOOD} -d {RADDR} -p {DPORT} -f {flows} "
+                   f"-s {cfg.size} -t {cfg.seconds} -b {cfg.burst} -P 64",
+                   ns=SND, timeout=cfg.seconds + 60)
+    q1, r1 = sent_packets(), received_packets()
+    res = json.loads(out)
+    secs = res["seconds"]
+    rec = {"qdisc": spec, "flows": flows, "seconds": secs,
+           "sent": res["sent"], "errors": res["errors"],
+           "qdisc_pps": (q1 - q0) / secs if spec != "noqueue" else None,
+           "send_pps": res["sent"] / secs,
+           "rx_pps": (r1 - r0) / secs}
+    if spec.startswith("p3"):
+        xs = p3lib.qdisc_json(kind="p3")
+        rec["p3_flows_created"] = xs.get("flows_created")
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--burst", type=int, default=32)
+    ap.add_argument("--flows", default="1,1024")
+    ap.add_argument("--qdiscs", default=",".join(QDISCS))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 1 round of 2 s")
+    cfg = ap.parse_args()
+    if cfg.quick:
+        cfg.reps, cfg.seconds = 1, 2.0
+    flows = [int(x) for x in cfg.flows.split(",")]
+    qdiscs = [QDISCS[q] for q in cfg.qdiscs.split(",")]
+    os.makedirs(cfg.out, exist_ok=True)
+    if not os.access(FLOOD, os.X_OK):
+        sys.exit(f"overhead: {FLOOD} missing (bench/overhead/run.sh "
+                 "builds it)")
+
+    t_begin = time.monotonic()
+    p3lib.sh("modprobe sch_p3")
+    klog = p3lib.KernelLog()
+    p3lib.topology(ipv6=False)
+    # Receive work on CPU 1, the sender on CPU 0 (taskset above).
+    p3lib.sh(f"sh -c 'echo 2 > /sys/class/net/{RDEV}/queues/rx-0/"
+             "rps_cpus'", ns=RCV)
+    p3lib.tc(f"qdisc add dev {RDEV} clsact", ns=RCV)
+    p3lib.tc(f"filter add dev {RDEV} ingress matchall action drop", ns=RCV)
+    runs = []
+    total = cfg.reps * len(flows) * len(qdiscs)
+    try:
+        for rep in range(cfg.reps):
+            for nflows in flows:
+                k = rep % len(qdiscs)
+                for spec in qdiscs[k:] + qdiscs[:k]:
+                    rec = measure(spec, nflows, cfg)
+                    rec["round"] = rep
+                    runs.append(rec)
+                    pps = rec["qdisc_pps"] or rec["send_pps"]
+                    log(f"[{len(runs)}/{total}] round {rep + 1}, "
+                        f"{nflows} flows, {spec}: {pps / 1e3:.1f} kpps "
+                        f"(rx {rec['rx_pps'] / 1e3:.1f} kpps)")
+    finally:
+        p3lib.teardown()
+    res = {"kernel": platform.release(), "cpus": os.cpu_count(),
+           "quick": cfg.quick, "size": cfg.size, "burst": cfg.burst,
+           "seconds": cfg.seconds, "reps": cfg.reps, "flows": flows,
+           "qdiscs": qdiscs, "runs": runs,
+           "kernel_problems": klog.new_problems(),
+           "vm_seconds": time.monotonic() - t_begin}
+    for nflows in flows:
+        for spec in qdiscs:
+            v = [r["qdisc_pps"] or r["send_pps"] for r in runs
+                 if r["qdisc"] == spec and r["flows"] == nflows]
+            log(f"{nflows} flows, {spec}: median "
+                f"{statistics.median(v) / 1e3:.1f} kpps")
+    path = os.path.join(cfg.out, "results.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    log(f"wrote {path} ({res['vm_seconds']:.0f} s)")
+    return 1 if res["kernel_problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Qdisc overhead benchmark: builds the sender, boots the VM once, reports.
+#
+#   bench/overhead/run.sh [--quick] [--kernel VER] [overhead.py options...]
+#
+# Writes build/bench/overhead/{results.json,results.md}.  Default kernel
+# 6.12, as bench/preempt; --kernel 6.1 for Debian 12's stock kernel.
+# About 3 minutes of VM time with the defaults, 1 with --quick.
+set -eu
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd -P)
+OUT=build/bench/overhead
+kernel=6.12
+args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--kernel) kernel=${2:?}; shift 2 ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+cd "$REPO"
+. bench/preempt/quiet.sh
+if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
+	[ ! -f build/tc/q_p3.so ]; then
+	echo "run.sh: building the module and the tc plugin" >&2
+	make --no-print-directory module tc >&2
+fi
+mkdir -p "$OUT"
+${CC:-cc} -O2 -Wall -Wextra -o "$OUT/udpflood" bench/overhead/udpflood.c
+wait_quiet
+selftests/vm-run --kernel "$kernel" --timeout 1200 -- \
+	/usr/bin/python3 bench/overhead/overhead.py --out "$OUT" "${args[@]}"
+/usr/bin/python3 bench/overhead/report.py "$OUT" >/dev/null
+echo "run.sh: report in $OUT/results.md" >&2

@@ -1,0 +1,748 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Preemption latency: how long an urgent message takes while bulk TCP
+flows saturate a shaped link, under pfifo, pfifo_fast, prio, skbprio, fq
+and p3.  Runs as root inside the VM (bench/preempt/run.sh boots it):
+
+  selftests/vm-run --kernel 6.12 -- bench/preempt/preempt.py --out DIR
+
+The topology is the selftests' (selftests/p3lib.py): hosts p3snd and p3rcv
+joined by veth s0 <-> r0, receive work steered to one CPU.  s0's egress is
+the bottleneck: `tbf rate R` at the root with the compared qdisc as its
+child, or p3's own `rate R` at the root.
+
+For every qdisc and number of bulk flows, one session:
+  1. the qdisc is installed and a long-lived urgent connection is opened
+     on the idle link (as a training job opens its channels at start);
+  2. N bulk flows start (tagged least urgent) and run for a warm-up;
+  3. a UDP socket re-tagged urgent/bulk every 5 datagrams counts intra-flow
+     reordering (the trick of selftests/p3_traffic.py);
+  4. urgent messages of each size go out, alternately on a fresh connection
+     and on the long-lived one, and their completion time is recorded
+     (first payload byte written -> 1-byte reply received; the handshake
+     of a fresh connection is timed separately).
+Then TCP counters (nstat) and the bulk goodput seen by the sink close the
+session.  With --tsq, a final experiment traces one urgent message behind
+a FIFO (TCP_INFO of the urgent socket, the queue's backlog, the size of
+the packets each flow hands to the qdisc) to explain its slowness.
+
+Everything runs in this one process and its forked children (a fresh
+python3 takes seconds to start under TCG): the sink and the urgent server
+are children in p3rcv, the bulk senders a child in p3snd; urgent and UDP
+sockets are made here after setns(2) into p3snd.  Raw results go to
+DIR/results.json; bench/preempt/report.py turns them into the report.
+Progress goes to stderr.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import platform
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "selftests"))
+
+import p3lib  # noqa: E402
+import p3nl   # noqa: E402
+import p3t    # noqa: E402
+from p3lib import PORT, RADDR, RCV, SDEV, SND  # noqa: E402
+
+UPORT = PORT + 1        # the urgent server; bulk and UDP go to the sink
+CLONE_NEWNET = 0x40000000
+TCP_INFO_FMT = struct.Struct("=8B24I4Q6IQ3Q2I2Q2I")
+# Wire bytes of a TCP segment beyond its payload: Ethernet 14, IPv4 20,
+# TCP with timestamps 32.  MSS is 1448 on a 1500-byte MTU.
+HDR_BYTES, MSS = 66, 1448
+TBF_BURST = 70000       # one 64 KB GSO packet (68,130 wire bytes) fits
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_ROOT_NS = os.open("/proc/self/ns/net", os.O_RDONLY)
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def setns(name):
+    """Moves this thread into netns @name (None: back to the root one)."""
+    fd = _ROOT_NS if name is None else os.open(f"/run/netns/{name}",
+                                              os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET):
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns {name}: {os.strerror(e)}")
+    finally:
+        if name is not None:
+            os.close(fd)
+
+
+class InNetns:
+    """`with InNetns(ns):` sockets made inside belong to @ns for good."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        setns(self.name)
+
+    def __exit__(self, *exc):
+        setns(None)
+
+
+def netstat(ns):
+    """TcpExt and Tcp counters of netns @ns, as nstat names them."""
+    out = {}
+    with InNetns(ns):
+        for path in ("/proc/thread-self/net/netstat",
+                     "/proc/thread-self/net/snmp"):
+            with open(path) as f:
+                lines = f.read().splitlines()
+            for names, values in zip(lines[::2], lines[1::2]):
+                prefix, names = names.split(":", 1)
+                _, values = values.split(":", 1)
+                for n, v in zip(names.split(), values.split()):
+                    out[prefix + n] = int(v)
+    return out
+
+
+def tcp_info(sock):
+    """The TCP_INFO fields this benchmark looks at."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO,
+                          TCP_INFO_FMT.size)
+    v = TCP_INFO_FMT.unpack(raw.ljust(TCP_INFO_FMT.size, b"\0"))
+    u32 = v[8:32]
+    u64 = v[32:36]
+    tail = v[36:]
+    return {"mss": u32[2], "unacked": u32[4], "retrans": u32[7],
+            "rtt_us": u32[15], "cwnd": u32[18],
+            "total_retrans": u32[23], "pacing_rate": u64[0],
+            "bytes_acked": u64[2], "notsent": tail[2],
+            "min_rtt_us": tail[3], "data_segs_out": tail[5],
+            "delivery_rate": tail[6], "bytes_sent": tail[12],
+            "reord_seen": tail[15]}
+
+
+# ------------------------------------------------------------- children
+
+class Child:
+    """A forked process that entered netns @ns and runs fn(ready_fd)."""
+
+    def __init__(self, ns, fn, *args):
+        r, w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            code = 0
+            try:
+                os.close(r)
+                setns(ns)
+                fn(w, *args)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r) as f:
+            line = f.readline().strip()
+        if line != "ready":
+            raise RuntimeError(f"child {fn.__name__} did not start")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def ready(w):
+    os.write(w, b"ready\n")
+    os.close(w)
+
+
+def sink_main(w, out):
+    """p3t's sink (bulk TCP and UDP, per group and 100 ms bin)."""
+    # A bulk sender that aborts its connections makes the sink's reader
+    # threads die on ECONNRESET: expected, not worth a traceback.
+    threading.excepthook = lambda args: None
+    sink = p3t.Sink(PORT)
+
+    def finish(*_):
+        sink.stop = True
+    signal.signal(signal.SIGTERM, finish)
+    ready(w)
+    sink.run()
+    with open(out, "w") as f:
+        json.dump(sink.report(), f)
+
+
+def userver_main(w):
+    """Urgent server: any number of messages per connection, each an
+    8-byte length and that many bytes, answered by one byte."""
+    threading.excepthook = lambda args: None
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", UPORT))
+    ls.listen(128)
+    ready(w)
+
+    def serve(conn):
+        buf = bytearray(1 << 20)
+        with conn:
+            while True:
+                hdr = p3t.recv_exact(conn, 8)
+                if hdr is None:
+                    return
+                left = struct.unpack("!Q", hdr)[0]
+                while left:
+                    n = conn.recv_into(buf, min(len(buf), left))
+                    if not n:
+                        return
+                    left -= n
+                conn.sendall(b"K")
+    while True:
+        conn, _ = ls.accept()
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
+def bulk_main(w, conns, tag, group):
+    """N bulk TCP connections in p3t's stream format, sending until
+    SIGTERM; then reset (SO_LINGER 0) so no send buffer drains into the
+    next session."""
+    socks = []
+    for _ in range(conns):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        p3t.tag_socket(s, tag)
+        for _ in range(50):
+            try:
+                s.connect((RADDR, PORT))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        s.sendall(p3t.HDR.pack(p3t.MAGIC, b"B", group, 0))
+        s.settimeout(0.5)
+        socks.append(s)
+    stop = threading.Event()
+
+    def finish(*_):
+        stop.set()
+    signal.signal(signal.SIGTERM, finish)
+
+    def pump(s):
+        buf = b"\0" * (1 << 16)
+        while not stop.is_set():
+            try:
+                s.send(buf)
+            except socket.timeout:
+                pass
+            except OSError:
+                return
+    threads = [threading.Thread(target=pump, args=(s,), daemon=True)
+               for s in socks]
+    for t in threads:
+        t.start()
+    ready(w)
+    while not stop.wait(0.2):
+        pass
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                     struct.pack("ii", 1, 0))
+        s.close()
+
+
+# ------------------------------------------------------------- qdiscs
+
+# Each qdisc is tagged the way its own users would tag: the Linux
+# convention (SO_PRIORITY 6 = TC_PRIO_INTERACTIVE, band 0 of the default
+# priomap of pfifo_fast, prio and fq; 2 = TC_PRIO_BULK, band 2) for the
+# stock qdiscs -- skbprio serves the higher priority first, so 6 beats 2
+# there too -- and libp3's levels for p3 (level 0 = tag 1 = band 0,
+# level 7 = tag 8 = band 7).
+LINUX_TAGS = ("prio:6", "prio:2")
+P3_TAGS = ("prio:1", "prio:8")
+QDISCS = {
+    # name: (child of a tbf root, or None: own root; urgent/bulk tags)
+    "pfifo": ("pfifo", LINUX_TAGS),
+    "pfifo_fast": ("pfifo_fast", LINUX_TAGS),
+    "prio": ("prio bands 3 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1",
+             LINUX_TAGS),
+    "skbprio": ("skbprio", LINUX_TAGS),
+    "fq": ("fq", LINUX_TAGS),
+    "p3-tbf": ("p3 bands 8", P3_TAGS),
+    "p3-rate": (None, P3_TAGS),
+}
+
+
+def install(name, rate):
+    child, _ = QDISCS[name]
+    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    if child is None:
+        p3lib.tc(f"qdisc add dev {SDEV} root handle 10: p3 bands 8 "
+                 f"rate {rate}")
+        return
+    p3lib.tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {rate} "
+             f"burst {TBF_BURST} latency 1s")
+    p3lib.tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: {child}")
+
+
+class Qstats:
+    """Qdisc counters of s0 over rtnetlink: cheap enough to sample every
+    few milliseconds, unlike running tc."""
+
+    def __init__(self):
+        with InNetns(SND):
+            self.nl = p3nl.Netlink()
+            self.ifindex = socket.if_nametoindex(SDEV)
+        self.lock = threading.Lock()
+
+    def read(self):
+        """{'root'|'child': {bytes, packets, qlen, backlog, drops}}"""
+        body = p3nl.TCMSG.pack(socket.AF_UNSPEC, self.ifindex, 0, 0, 0)
+        res = {}
+        with self.lock:
+            self.nl.send(p3nl.RTM_GETQDISC, p3nl.NLM_F_REQUEST |
+                         p3nl.NLM_F_ROOT | p3nl.NLM_F_MATCH, body)
+            for mtype, _, payload in self.nl.recv():
+                if mtype in (p3nl.NLMSG_ERROR, p3nl.NLMSG_DONE):
+                    break
+                _, idx, handle, parent, _ = p3nl.TCMSG.unpack_from(payload)
+                if idx != self.ifindex:
+                    continue
+                st = {}
+                for _, at, data in p3nl.parse_attrs(payload[
+                        p3nl.TCMSG.size:]):
+                    if at & p3nl.NLA_TYPE_MASK != 7:    # TCA_STATS2
+                        continue
+                    for _, nt, nd in p3nl.parse_attrs(data):
+                        if nt == 1:                     # TCA_STATS_BASIC
+                            st["bytes"], st["packets"] = \
+                                struct.unpack_from("=QI", nd)
+                        elif nt == 3:                   # TCA_STATS_QUEUE
+                            (st["qlen"], st["backlog"], st["drops"],
+                             _, _) = struct.unpack_from("=5I", nd)
+                if parent == p3nl.TC_H_ROOT:
+                    res["root"] = st
+                if handle >> 16 == 0x10:
+                    res["child"] = st
+        return res
+
+
+# ------------------------------------------------------------- urgent side
+
+class Urgent:
+    """Urgent messages on fresh connections or on one long-lived one, and
+    the re-tagged UDP socket, all in p3snd."""
+
+    def __init__(self, sizes):
+        self.msgs = {s: struct.pack("!Q", s) + b"\x55" * s for s in sizes}
+        self.long = None
+        self.tag = None
+
+    def _socket(self, tag):
+        with InNetns(SND):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        p3t.tag_socket(s, tag)
+        # As libp3 does: a message's last partial segment must not wait
+        # for the ACK of the one before (Nagle).
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def open_long(self, tag):
+        self.close_long()
+        self.tag = tag
+        self.long = self._socket(tag)
+        self.long.settimeout(10)
+        self.long.connect((RADDR, UPORT))
+
+    def close_long(self):
+        if self.long:
+            self.long.close()
+            self.long = None
+
+    def send(self, mode, size, cap, trace=None):
+        """One message; returns a record with its completion time."""
+        rec = {"mode": mode, "size": size}
+        t_start = time.monotonic()
+        if mode == "fresh":
+            s = self._socket(self.tag)
+            s.settimeout(cap)
+            try:
+                s.connect((RADDR, UPORT))
+            except OSError as e:
+                s.close()
+                rec.update(t=None, censored=True, error=str(e))
+                return rec
+            rec["connect"] = time.monotonic() - t_start
+        else:
+            s = self.long
+        msg = self.msgs[size]
+        sampler = trace(s) if trace else None
+        t0 = time.monotonic()
+        try:
+            s.settimeout(cap)
+            s.sendall(msg)
+            s.settimeout(max(0.01, cap - (time.monotonic() - t0)))
+            ok = s.recv(1) == b"K"
+            rec["t"] = time.monotonic() - t0
+            rec["censored"] = not ok
+        except OSError:
+            rec.update(t=time.monotonic() - t0, censored=True)
+        if sampler:
+            sampler.stop()
+            rec["trace"] = sampler.samples
+        info = tcp_info(s)
+        rec["info"] = {k: info[k] for k in ("min_rtt_us", "reord_seen",
+                                            "total_retrans", "cwnd",
+                                            "pacing_rate")}
+        if mode == "fresh" or rec["censored"]:
+            if rec["censored"]:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))
+            s.close()
+            if mode == "long":
+                # A cut connection is replaced; it is no longer "long-
+                # lived on an idle link", which the record says.
+                self.long = None
+                rec["reopened"] = True
+                self.long = self._socket(self.tag)
+                self.long.settimeout(30)
+                self.long.connect((RADDR, UPORT))
+        return rec
+
+    def udp_retag(self, tags, group, count, pps, switch=5):
+        """p3_traffic's reorder probe: one UDP socket, re-tagged between
+        the urgent and the bulk tag every @switch datagrams."""
+        with InNetns(SND):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        pad = b"\0" * (200 - p3t.DGRAM.size)
+        nxt = time.monotonic()
+        for seq in range(count):
+            if seq % switch == 0:
+                p3t.tag_socket(s, tags[(seq // switch) % 2])
+            s.sendto(p3t.DGRAM.pack(group, seq) + pad, (RADDR, PORT))
+            nxt += 1.0 / pps
+            d = nxt - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+        s.close()
+
+
+class Sampler:
+    """Samples TCP_INFO of one socket and the qdisc counters every @period
+    seconds in a thread, while a message is in flight."""
+
+    def __init__(self, sock, qstats, period=0.02):
+        self.sock, self.qstats, self.period = sock, qstats, period
+        self.samples = []
+        self.done = threading.Event()
+        self.t0 = time.monotonic()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.is_set():
+            t = time.monotonic() - self.t0
+            try:
+                info = tcp_info(self.sock)
+            except OSError:
+                break
+            q = self.qstats.read()
+            self.samples.append({"t": t, **info,
+                                 "backlog": q.get("child", {}).get("backlog"),
+                                 "qlen": q.get("child", {}).get("qlen")})
+            self.done.wait(self.period)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+
+
+# ------------------------------------------------------------- sessions
+
+REORDER_KEYS = ("TcpExtTCPSACKReorder", "TcpExtTCPTSReorder",
+                "TcpExtTCPRenoReorder")
+SND_KEYS = REORDER_KEYS + ("TcpRetransSegs", "TcpExtTCPTimeouts",
+                           "TcpExtTCPLossProbes", "TcpExtTCPSpuriousRTOs",
+                           "TcpOutSegs")
+RCV_KEYS = ("TcpExtTCPOFOQueue", "TcpInSegs")
+
+
+def counters_delta(before, after, keys):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+
+
+def link_rate(qs, seconds):
+    """Bytes/s leaving the root qdisc (what the shaper lets through)."""
+    a, ta = qs.read()["root"]["bytes"], time.monotonic()
+    time.sleep(seconds)
+    b, tb = qs.read()["root"]["bytes"], time.monotonic()
+    return (b - a) / (tb - ta)
+
+
+def session(cfg, qname, nbulk, group, urgent, qs):
+    """One qdisc with @nbulk bulk flows: returns its record."""
+    _, (utag, btag) = QDISCS[qname]
+    install(qname, cfg.rate)
+    rec = {"qdisc": qname, "bulk": nbulk, "group": group,
+           "tags": {"urgent": utag, "bulk": btag}, "messages": []}
+    urgent.open_long(utag)
+    snd0, rcv0 = netstat(SND), netstat(RCV)
+    q0 = qs.read()
+    bulk = Child(SND, bulk_main, nbulk, btag, group)
+    time.sleep(cfg.warmup - 1.0)
+    rec["link_Bps"] = link_rate(qs, 1.0)
+    urgent.udp_retag((utag, btag), 128 + group, cfg.udp_count, cfg.udp_pps)
+    time.sleep(0.3)
+    rec["window"] = [time.monotonic()]
+    cells = {(s, m): {"n": 0, "censored": 0, "spent": 0.0}
+             for s in cfg.sizes for m in ("fresh", "long")}
+    for rep in range(cfg.reps):
+        for size in cfg.sizes:
+            for mode in ("fresh", "long"):
+                c = cells[(size, mode)]
+                if c["censored"] >= 2 or (c["n"] >= cfg.min_reps and
+                                           c["spent"] >= cfg.cell_budget):
+                    continue
+                t = time.monotonic()
+                m = urgent.send(mode, size, cfg.cap)
+                c["spent"] += time.monotonic() - t
+                c["n"] += 1
+                c["censored"] += m["censored"]
+                rec["messages"].append(m)
+                time.sleep(cfg.gap)
+    rec["window"].append(time.monotonic())
+    rec["urgent_bytes"] = sum(m["size"] for m in rec["messages"]
+                              if not m["censored"])
+    q1 = qs.read()
+    bulk.stop()
+    urgent.close_long()
+    rec["snd"] = counters_delta(snd0, netstat(SND), SND_KEYS)
+    rec["rcv"] = counters_delta(rcv0, netstat(RCV), RCV_KEYS)
+    rec["drops"] = (q1.get("child", q1["root"])["drops"] -
+                    q0.get("child", q0["root"])["drops"])
+    rec["backlog_end"] = q1.get("child", q1["root"])["backlog"]
+    if qname.startswith("p3"):
+        # qdisc_json() makes the object its own "xstats": flatten it.
+        rec["xstats"] = {k: v for k, v in p3lib.qdisc_json(kind="p3").items()
+                         if isinstance(v, int)}
+    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    time.sleep(0.5)
+    return rec
+
+
+# ------------------------------------------------------------- TSQ
+
+def flower_counters():
+    """Bytes and packets handed to the qdisc per destination port, from
+    the clsact egress filters tsq_experiment() installs."""
+    out = p3lib.tc(f"-s filter show dev {SDEV} egress")
+    res = {}
+    port = None
+    for line in out.splitlines():
+        m = re.search(r"dst_port (\d+)", line)
+        if m:
+            port = int(m[1])
+        m = re.search(r"Sent (\d+) bytes (\d+) pkt", line)
+        if m and port is not None:
+            res[port] = (int(m[1]), int(m[2]))
+            port = None
+    return res
+
+
+def bulk_snapshot():
+    """`ss -tin` of the bulk connections: pacing rate, cwnd, minrtt."""
+    out = p3lib.sh(f"ss -tinH dst {RADDR} dport = :{PORT}", ns=SND)
+    flows = []
+    for line in out.split("\n"):
+        m = re.search(r"pacing_rate (\S+)", line)
+        if not m:
+            continue
+        f = {"pacing_rate": m[1]}
+        for key in ("cwnd", "unacked", "minrtt", "rtt", "mss"):
+            mm = re.search(rf"\b{key}:([\d.]+)", line)
+            if mm:
+                f[key] = float(mm[1])
+        flows.append(f)
+    return flows
+
+
+def tsq_experiment(cfg, urgent, qs):
+    """The design brief's mystery: 8 bulk flows behind a pfifo child of a
+    tbf; one 512 KB urgent message, fresh and long-lived, with TCP_INFO
+    and the backlog traced, and the packet size each flow hands to the
+    qdisc counted.  Then the same with tcp_tso_rtt_log=0 (no TSO-size
+    bonus for flows whose min RTT is short) and with GSO off."""
+    size, nbulk = 512 * 1024, 8
+    results = []
+    variants = [("fresh", "fresh", None), ("long", "long", None),
+                ("fresh, tcp_tso_rtt_log=0", "fresh", "rttlog"),
+                ("fresh, GSO/TSO off", "fresh", "nogso")]
+    urgent.msgs.setdefault(size, struct.pack("!Q", size) + b"\x55" * size)
+    for label, mode, knob in variants:
+        log(f"tsq: pfifo, {nbulk} bulk, 512 KB {label}")
+        install("pfifo", cfg.rate)
+        p3lib.tc(f"qdisc add dev {SDEV} clsact")
+        for port in (PORT, UPORT):
+            p3lib.tc(f"filter add dev {SDEV} egress protocol ip flower "
+                     f"ip_proto tcp dst_port {port} action pass")
+        if knob == "rttlog":
+            p3lib.sh("sysctl -qw net.ipv4.tcp_tso_rtt_log=0", ns=SND)
+        if knob == "nogso":
+            p3lib.sh(f"ethtool -K {SDEV} tso off gso off", ns=SND)
+        urgent.open_long(LINUX_TAGS[0])
+        bulk = Child(SND, bulk_main, nbulk, LINUX_TAGS[1], 250)
+        time.sleep(cfg.warmup + 1.0)
+        f0 = flower_counters()
+        snd0 = netstat(SND)
+        rec = {"label": label, "bulk": nbulk, "size": size,
+               "bulk_flows": bulk_snapshot()}
+        m = urgent.send(mode, size, cfg.tsq_cap,
+                        trace=lambda s: Sampler(s, qs))
+        snd1 = netstat(SND)
+        f1 = flower_counters()
+        rec["after_flows"] = bulk_snapshot()
+        rec["msg"] = m
+        rec["snd"] = counters_delta(snd0, snd1, SND_KEYS)
+        rec["skb"] = {}
+        for port, name in ((PORT, "bulk"), (UPORT, "urgent")):
+            b = f1.get(port, (0, 0))[0] - f0.get(port, (0, 0))[0]
+            p = f1.get(port, (0, 0))[1] - f0.get(port, (0, 0))[1]
+            rec["skb"][name] = {"bytes": b, "packets": p}
+        bulk.stop()
+        urgent.close_long()
+        if knob == "rttlog":
+            p3lib.sh("sysctl -qw net.ipv4.tcp_tso_rtt_log=9", ns=SND)
+        if knob == "nogso":
+            p3lib.sh(f"ethtool -K {SDEV} tso on gso on", ns=SND)
+        p3lib.sh(f"tc qdisc del dev {SDEV} clsact", ns=SND, check=False)
+        p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+        log(f"tsq: {label}: {'>' if m['censored'] else ''}"
+            f"{m['t'] or 0:.2f} s")
+        results.append(rec)
+        time.sleep(0.5)
+    return results
+
+
+# ------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="directory for results")
+    ap.add_argument("--rate", default="40mbit")
+    ap.add_argument("--qdiscs", default=",".join(QDISCS))
+    ap.add_argument("--bulk", default="1,4,16")
+    ap.add_argument("--sizes", default="65536,262144,1048576")
+    ap.add_argument("--reps", type=int, default=10,
+                    help="messages per size and connection kind")
+    ap.add_argument("--min-reps", type=int, default=3)
+    ap.add_argument("--cell-budget", type=float, default=5.0,
+                    help="seconds after which a size/kind stops at "
+                    "--min-reps messages")
+    ap.add_argument("--cap", type=float, default=10.0,
+                    help="a message still incomplete after this many "
+                    "seconds is cut and counted as censored")
+    ap.add_argument("--gap", type=float, default=0.1)
+    ap.add_argument("--warmup", type=float, default=2.5)
+    ap.add_argument("--udp-count", type=int, default=600)
+    ap.add_argument("--udp-pps", type=float, default=600)
+    ap.add_argument("--tsq", action=argparse.BooleanOptionalAction,
+                    default=True, help="run the TSQ experiment")
+    ap.add_argument("--tsq-cap", type=float, default=40.0)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 4 bulk flows, 256 KB, 3 messages")
+    cfg = ap.parse_args()
+    if cfg.quick:
+        cfg.bulk, cfg.sizes, cfg.reps, cfg.min_reps = "4", "262144", 3, 2
+        cfg.cap, cfg.cell_budget, cfg.warmup = 5.0, 2.0, 2.0
+        cfg.udp_count, cfg.tsq = 300, False
+    cfg.qdisc_list = cfg.qdiscs.split(",")
+    for q in cfg.qdisc_list:
+        if q not in QDISCS:
+            ap.error(f"unknown qdisc {q}; known: {', '.join(QDISCS)}")
+    cfg.bulk = [int(x) for x in str(cfg.bulk).split(",")]
+    cfg.sizes = [int(x) for x in str(cfg.sizes).split(",")]
+    os.makedirs(cfg.out, exist_ok=True)
+
+    t_begin = time.monotonic()
+    p3lib.sh("modprobe sch_p3")
+    klog = p3lib.KernelLog()
+    p3lib.topology(ipv6=False)
+    sink_out = "/tmp/preempt-sink.json"
+    sink = Child(RCV, sink_main, sink_out)
+    userver = Child(RCV, userver_main)
+    qs = Qstats()
+    urgent = Urgent(cfg.sizes)
+    res = {"kernel": platform.release(), "rate": cfg.rate,
+           "rate_bps": p3lib.parse_rate(cfg.rate), "quick": cfg.quick,
+           "tbf_burst": TBF_BURST, "cpus": os.cpu_count(),
+           "config": {k: v for k, v in vars(cfg).items()
+                      if isinstance(v, (int, float, str, list, bool))},
+           "qdiscs": {q: {"child": QDISCS[q][0], "tags": QDISCS[q][1]}
+                      for q in cfg.qdisc_list},
+           "sessions": [], "tsq": []}
+    total = len(cfg.qdisc_list) * len(cfg.bulk)
+    group = 0
+    try:
+        for nbulk in cfg.bulk:
+            for qname in cfg.qdisc_list:
+                group += 1
+                t = time.monotonic()
+                rec = session(cfg, qname, nbulk, group, urgent, qs)
+                res["sessions"].append(rec)
+                meds = []
+                for size in cfg.sizes:
+                    for mode in ("fresh", "long"):
+                        ts = sorted(m["t"] if not m["censored"] else math.inf
+                                    for m in rec["messages"]
+                                    if m["size"] == size and
+                                    m["mode"] == mode)
+                        med = ts[len(ts) // 2] if ts else math.nan
+                        meds.append(f"{size >> 10}K/{mode[0]} "
+                                    f"{med * 1e3:.0f}")
+                log(f"[{group}/{total}] {qname}, {nbulk} bulk: link "
+                    f"{rec['link_Bps'] * 8e-6:.1f} Mbit/s; median ms "
+                    f"{', '.join(meds)} ({time.monotonic() - t:.0f} s)")
+        if cfg.tsq:
+            res["tsq"] = tsq_experiment(cfg, urgent, qs)
+    finally:
+        sink.stop()
+        userver.stop(signal.SIGKILL)
+        p3lib.teardown()
+    with open(sink_out) as f:
+        rep = json.load(f)
+    for s in res["sessions"]:
+        t0, t1 = s["window"]
+        s["bulk_goodput_bps"] = p3lib.tcp_rate(rep, s["group"], t0, t1)
+        s["udp"] = rep["udp"].get(str(128 + s["group"]),
+                                  {"received": 0, "reordered": 0})
+        s["udp"]["sent"] = cfg.udp_count
+    res["kernel_problems"] = klog.new_problems()
+    res["vm_seconds"] = time.monotonic() - t_begin
+    path = os.path.join(cfg.out, "results.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    log(f"wrote {path} ({res['vm_seconds']:.0f} s)")
+    return 1 if res["kernel_problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Preemption-latency benchmark: one VM boot, then the report.
+#
+#   bench/preempt/run.sh [--quick] [--kernel VER] [preempt.py options...]
+#
+# Writes build/bench/preempt/{results.json,results.md,preempt.png,tsq.png}.
+# Default kernel 6.12 (fq has priority bands from 6.9); --kernel 6.1 runs
+# the same on Debian 12's stock kernel.  About 10 minutes of VM time with
+# the defaults, 2 with --quick.  Progress on stderr.
+set -eu
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd -P)
+OUT=build/bench/preempt
+kernel=6.12
+args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--kernel) kernel=${2:?}; shift 2 ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+cd "$REPO"
+. bench/preempt/quiet.sh
+if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
+	[ ! -f build/tc/q_p3.so ]; then
+	echo "run.sh: building the module and the tc plugin" >&2
+	make --no-print-directory module tc >&2
+fi
+mkdir -p "$OUT"
+wait_quiet
+selftests/vm-run --kernel "$kernel" --timeout 2400 -- \
+	/usr/bin/python3 bench/preempt/preempt.py --out "$OUT" "${args[@]}"
+/usr/bin/python3 bench/preempt/report.py "$OUT" >/dev/null
+echo "run.sh: report in $OUT/results.md" >&2
