@@ -128,16 +128,22 @@ def check(args):
         return 1
     urgent_ms = (comp[URGENT]['t_done'] - snd['t_urgent']) / 1e6
     bulk_done = sorted((c['t_done'], k) for k, c in comp.items() if k != URGENT)
-    first_bulk_ms = (bulk_done[0][0] - snd['t_urgent']) / 1e6 if bulk_done else 0
+    racing_done = [t for t, _ in bulk_done if t > snd['t_urgent']]
+    first_bulk_ms = (racing_done[0] - snd['t_urgent']) / 1e6 if racing_done else 0
     ideal_ms = (want[URGENT][1] / args.rate * 1e3) if args.rate else 0
     order = [k for _, k in sorted((c['t_done'], k) for k, c in comp.items())]
+    # Only bulk still on its way when the urgent tensor was queued competes
+    # with it; a slow VM may finish the first bulk level before that.
+    racing = [k for t, k in bulk_done if t > snd['t_urgent']]
     text = ('level-0 tensor queued %.0f ms after the bulk completed in %.0f ms '
-            '(ideal %.0f ms); first bulk tensor done at %+.0f ms; order %s'
+            '(ideal %.0f ms) while %d bulk tensors were in flight; first of '
+            'them done at %+.0f ms; order %s'
             % ((snd['t_urgent'] - snd['t_bulk']) / 1e6, urgent_ms, ideal_ms,
-               first_bulk_ms, order))
+               len(racing), first_bulk_ms, order))
     if args.require_order:
-        t.ok(order[0] == URGENT and urgent_ms < args.max_urgent_ms,
-             text + ' (must be first, under %d ms)' % args.max_urgent_ms)
+        t.ok(len(racing) >= 2 and urgent_ms < args.max_urgent_ms and
+             all(comp[URGENT]['t_done'] < comp[k]['t_done'] for k in racing),
+             text + ' (must beat them all, under %d ms)' % args.max_urgent_ms)
     else:
         t.diag(text)
     if args.result:
@@ -156,7 +162,7 @@ def main():
     ap.add_argument('--host', default='127.0.0.1')
     ap.add_argument('--port', type=int, default=5555)
     ap.add_argument('--out')
-    ap.add_argument('--bulk-mb', type=int, default=6)
+    ap.add_argument('--bulk-mb', type=int, default=8)
     ap.add_argument('--urgent-kb', type=int, default=256)
     ap.add_argument('--delay', type=float, default=0.5)
     ap.add_argument('--timeout', type=float, default=180)

@@ -6,11 +6,12 @@
 #
 # Two network namespaces joined by veth.  The sender's egress carries the
 # p3 qdisc shaped to 50 Mbit/s; a libp3 channel (8 bands, DSCP tags)
-# streams 4 x 6 MiB of bulk on levels 4..7 and, half a second later, a
+# streams 4 x 8 MiB of bulk on levels 4..7 and, half a second later, a
 # 256 KiB level-0 tensor.  Checks, in numbers:
 #   1. every tensor arrives byte-exact;
-#   2. the level-0 tensor, sent last, completes first, within 1 s
-#      (its transmission time alone is 42 ms);
+#   2. the level-0 tensor, sent last, completes before every bulk tensor
+#      still in flight (at least 2 must be), within 1 s (its
+#      transmission time alone is 42 ms);
 #   3. the qdisc's class statistics saw band 0 and the bulk bands;
 #   4. with netem loss, delay jitter and reordering on the data path (an
 #      ifb on the receiver's ingress, so p3 stays the sender's root
