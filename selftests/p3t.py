@@ -216,6 +216,10 @@ def cmd_msg(args):
 
 def cmd_udp(args):
     s = socket.socket(family_of(args.dst), socket.SOCK_DGRAM)
+    if args.sndbuf:
+        # Queued datagrams count against the socket's send buffer, so by
+        # default one socket cannot hold more than ~100 in the qdisc.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUFFORCE, args.sndbuf)
     tags = args.tags.split(",")
     pad = b"\0" * max(0, args.size - DGRAM.size)
     interval = 1.0 / args.pps if args.pps else 0
@@ -271,6 +275,7 @@ def main():
             a.add_argument("--tags", required=True)
             a.add_argument("--switch-every", type=int, default=1 << 30)
             a.add_argument("--pps", type=float, default=0)
+            a.add_argument("--sndbuf", type=int, default=0)
         if name == "spray":
             a.add_argument("--first-port", type=int, default=10000)
             a.add_argument("--count", type=int, required=True)
