@@ -11,10 +11,11 @@ The selftests' topology (selftests/p3lib.py): p3snd's s0 <-> p3rcv's r0.
 build/bench/overhead/udpflood, pinned to CPU 0, sends 64-byte UDP
 datagrams with sendmmsg from 1 or 1024 sockets (one flow each, socket i
 tagged SO_PRIORITY i % 64 + 1, so 64 bands are all in use).  The receiver
-drops every packet at r0's ingress (clsact, matchall), and its receive
+drops every datagram at r0's ingress (clsact, flower), and its receive
 work is steered to CPU 1, so CPU 0 spends its time in the sender, the
 stack and the qdisc.  Packets are counted where the qdisc counts them
-(`Sent ... pkt` of the root qdisc) and at the receiver's drop filter.
+(the root qdisc's packet counter, over rtnetlink) and as r0 receives
+them (/proc/net/dev).
 
 Every qdisc and flow count is measured --reps times, the order of the
 qdiscs rotating from one round to the next so that drift in the host's
@@ -25,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -33,8 +33,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "selftests"))
+sys.path.insert(0, os.path.join(REPO, "bench", "preempt"))
 
 import p3lib  # noqa: E402
+from nsutil import Qstats, dev_counters, run, tc_batch  # noqa: E402
 from p3lib import RADDR, RCV, RDEV, SDEV, SND  # noqa: E402
 
 FLOOD = os.path.join(REPO, "build", "bench", "overhead", "udpflood")
@@ -52,45 +54,29 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def sent_packets():
-    """Packets the root qdisc of s0 has sent (0 for noqueue)."""
-    out = p3lib.tc(f"-s qdisc show dev {SDEV}")
-    m = re.search(r"Sent \d+ bytes (\d+) pkt", out)
-    return int(m[1]) if m else 0
-
-
-def received_packets():
-    out = p3lib.tc(f"-s filter show dev {RDEV} ingress", ns=RCV)
-    m = re.search(r"Sent \d+ bytes (\d+) pkt", out)
-    return int(m[1]) if m else 0
-
-
 def install(spec):
-    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
-    p3lib.tc(f"qdisc add dev {SDEV} root handle 1: {spec}")
+    tc_batch(SND, [f"qdisc del dev {SDEV} root"], force=True)
+    tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: {spec}"])
 
 
-def measure(spec, flows, cfg):
+def measure(spec, flows, cfg, qs):
     install(spec)
-    # One short burst first: ARP, the flows' first lookup, caches.
-    p3lib.sh(f"{FLOOD} -d {RADDR} -p {DPORT} -f {flows} -t 0.2 -P 64",
-             ns=SND)
-    q0, r0 = sent_packets(), received_packets()
-    out = p3lib.sh(f"taskset -c 0 {FLOOD} -d {RADDR} -p {DPORT} -f {flows} "
-                   f"-s {cfg.size} -t {cfg.seconds} -b {cfg.burst} -P 64",
-                   ns=SND, timeout=cfg.seconds + 60)
-    q1, r1 = sent_packets(), received_packets()
+    q0, r0 = qs.read().get("root", {}), dev_counters(RCV, RDEV)
+    out = run(SND, [FLOOD, "-d", RADDR, "-p", str(DPORT), "-f", str(flows),
+                    "-s", str(cfg.size), "-t", str(cfg.seconds), "-b",
+                    str(cfg.burst), "-P", "64", "-c", "0"],
+              timeout=cfg.seconds + 60)
+    q1, r1 = qs.read().get("root", {}), dev_counters(RCV, RDEV)
     res = json.loads(out)
     secs = res["seconds"]
-    rec = {"qdisc": spec, "flows": flows, "seconds": secs,
-           "sent": res["sent"], "errors": res["errors"],
-           "qdisc_pps": (q1 - q0) / secs if spec != "noqueue" else None,
-           "send_pps": res["sent"] / secs,
-           "rx_pps": (r1 - r0) / secs}
-    if spec.startswith("p3"):
-        xs = p3lib.qdisc_json(kind="p3")
-        rec["p3_flows_created"] = xs.get("flows_created")
-    return rec
+    return {"qdisc": spec, "flows": flows, "seconds": secs,
+            "sent": res["sent"], "errors": res["errors"],
+            # noqueue has no counters: the sender's count stands in.
+            "qdisc_pps": ((q1.get("packets", 0) - q0.get("packets", 0)) / secs
+                          if spec != "noqueue" else None),
+            "send_pps": res["sent"] / secs,
+            "rx_pps": (r1["rx_packets"] - r0["rx_packets"]) / secs,
+            "rx_drop": r1["rx_drop"] - r0["rx_drop"]}
 
 
 def main():
@@ -120,11 +106,18 @@ def main():
     p3lib.sh("modprobe sch_p3")
     klog = p3lib.KernelLog()
     p3lib.topology(ipv6=False)
-    # Receive work on CPU 1, the sender on CPU 0 (taskset above).
+    # Receive work on CPU 1, the sender on CPU 0 (udpflood -c 0).
     p3lib.sh(f"sh -c 'echo 2 > /sys/class/net/{RDEV}/queues/rx-0/"
              "rps_cpus'", ns=RCV)
-    p3lib.tc(f"qdisc add dev {RDEV} clsact", ns=RCV)
-    p3lib.tc(f"filter add dev {RDEV} ingress matchall action drop", ns=RCV)
+    # Drop the datagrams as early as the receiver can (no socket lookup,
+    # no ICMP); ARP must still pass, and a static entry avoids it anyway.
+    tc_batch(RCV, [f"qdisc add dev {RDEV} clsact",
+                   f"filter add dev {RDEV} ingress protocol ip prio 1 "
+                   "flower ip_proto udp action drop"])
+    mac = run(RCV, ["ip", "-br", "link", "show", RDEV]).split()[2]
+    run(SND, ["ip", "neigh", "replace", RADDR, "lladdr", mac, "dev", SDEV,
+              "nud", "permanent"])
+    qs = Qstats(SND, SDEV, child_major=1)
     runs = []
     total = cfg.reps * len(flows) * len(qdiscs)
     try:
@@ -132,7 +125,7 @@ def main():
             for nflows in flows:
                 k = rep % len(qdiscs)
                 for spec in qdiscs[k:] + qdiscs[:k]:
-                    rec = measure(spec, nflows, cfg)
+                    rec = measure(spec, nflows, cfg, qs)
                     rec["round"] = rep
                     runs.append(rec)
                     pps = rec["qdisc_pps"] or rec["send_pps"]

@@ -5,20 +5,23 @@
  * port), with sendmmsg(2) bursts taken round robin over the sockets.
  *
  *   udpflood -d ADDR [-p PORT] [-f FLOWS] [-s BYTES] [-t SECONDS]
- *            [-b BURST] [-P PRIOS]
+ *            [-b BURST] [-P PRIOS] [-c CPU]
  *
  * Socket i sends to PORT + i.  With -P N (N > 0) socket i is tagged with
  * SO_PRIORITY (i % N) + 1, so that a qdisc with bands spreads the flows
- * over its first N bands.  Prints one JSON line: datagrams sent, send
+ * over its first N bands.  -c pins the thread to one CPU.  Prints one
+ * JSON line: datagrams sent, send
  * errors (ENOBUFS and the like, not fatal) and the seconds it ran.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,8 +39,36 @@ static double now(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: udpflood -d ADDR [-p PORT] [-f FLOWS] "
-		"[-s BYTES] [-t SECONDS] [-b BURST] [-P PRIOS]\n");
+		"[-s BYTES] [-t SECONDS] [-b BURST] [-P PRIOS] [-c CPU]\n");
 	exit(2);
+}
+
+static void pin_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set)) {
+		perror("udpflood: sched_setaffinity");
+		exit(1);
+	}
+}
+
+/* One descriptor per flow: 1024 flows need more than the usual limit. */
+static void raise_nofile(rlim_t n)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= n)
+		return;
+	rl.rlim_cur = n;
+	if (rl.rlim_max < n)
+		rl.rlim_max = n;
+	if (setrlimit(RLIMIT_NOFILE, &rl)) {
+		perror("udpflood: RLIMIT_NOFILE");
+		exit(1);
+	}
 }
 
 static int open_flow(const char *addr, int port, int prio)
@@ -69,7 +100,7 @@ static int open_flow(const char *addr, int port, int prio)
 
 int main(int argc, char **argv)
 {
-	int port = 9000, flows = 1, size = 64, burst = 32, prios = 0;
+	int port = 9000, flows = 1, size = 64, burst = 32, prios = 0, cpu = -1;
 	unsigned long long sent = 0, errors = 0;
 	struct mmsghdr msgs[MAX_BURST];
 	struct iovec iov;
@@ -80,7 +111,7 @@ int main(int argc, char **argv)
 	int opt, i, n;
 	unsigned int rounds = 0;
 
-	while ((opt = getopt(argc, argv, "d:p:f:s:t:b:P:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:p:f:s:t:b:P:c:")) != -1) {
 		switch (opt) {
 		case 'd': addr = optarg; break;
 		case 'p': port = atoi(optarg); break;
@@ -89,6 +120,7 @@ int main(int argc, char **argv)
 		case 't': seconds = atof(optarg); break;
 		case 'b': burst = atoi(optarg); break;
 		case 'P': prios = atoi(optarg); break;
+		case 'c': cpu = atoi(optarg); break;
 		default: usage();
 		}
 	}
@@ -96,6 +128,10 @@ int main(int argc, char **argv)
 	    size > 65507 || burst < 1 || burst > MAX_BURST || seconds <= 0 ||
 	    prios < 0)
 		usage();
+
+	if (cpu >= 0)
+		pin_cpu(cpu);
+	raise_nofile(flows + 64);
 
 	fds = calloc(flows, sizeof(*fds));
 	payload = calloc(1, size);

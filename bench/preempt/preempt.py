@@ -34,7 +34,6 @@ DIR/results.json; bench/preempt/report.py turns them into the report.
 Progress goes to stderr.
 """
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -52,67 +51,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "selftests"))
 
+sys.path.insert(0, HERE)
+
 import p3lib  # noqa: E402
-import p3nl   # noqa: E402
 import p3t    # noqa: E402
+from nsutil import (InNetns, Qstats, netstat, run, setns,  # noqa: E402
+                    tc_batch)
 from p3lib import PORT, RADDR, RCV, SDEV, SND  # noqa: E402
 
 UPORT = PORT + 1        # the urgent server; bulk and UDP go to the sink
-CLONE_NEWNET = 0x40000000
 TCP_INFO_FMT = struct.Struct("=8B24I4Q6IQ3Q2I2Q2I")
 # Wire bytes of a TCP segment beyond its payload: Ethernet 14, IPv4 20,
 # TCP with timestamps 32.  MSS is 1448 on a 1500-byte MTU.
 HDR_BYTES, MSS = 66, 1448
 TBF_BURST = 70000       # one 64 KB GSO packet (68,130 wire bytes) fits
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_ROOT_NS = os.open("/proc/self/ns/net", os.O_RDONLY)
-
 
 def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def setns(name):
-    """Moves this thread into netns @name (None: back to the root one)."""
-    fd = _ROOT_NS if name is None else os.open(f"/run/netns/{name}",
-                                              os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET):
-            e = ctypes.get_errno()
-            raise OSError(e, f"setns {name}: {os.strerror(e)}")
-    finally:
-        if name is not None:
-            os.close(fd)
-
-
-class InNetns:
-    """`with InNetns(ns):` sockets made inside belong to @ns for good."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __enter__(self):
-        setns(self.name)
-
-    def __exit__(self, *exc):
-        setns(None)
-
-
-def netstat(ns):
-    """TcpExt and Tcp counters of netns @ns, as nstat names them."""
-    out = {}
-    with InNetns(ns):
-        for path in ("/proc/thread-self/net/netstat",
-                     "/proc/thread-self/net/snmp"):
-            with open(path) as f:
-                lines = f.read().splitlines()
-            for names, values in zip(lines[::2], lines[1::2]):
-                prefix, names = names.split(":", 1)
-                _, values = values.split(":", 1)
-                for n, v in zip(names.split(), values.split()):
-                    out[prefix + n] = int(v)
-    return out
 
 
 def tcp_info(sock):
@@ -290,58 +246,34 @@ QDISCS = {
 }
 
 
+def uninstall():
+    tc_batch(SND, [f"qdisc del dev {SDEV} root"], force=True)
+
+
 def install(name, rate):
     child, _ = QDISCS[name]
-    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    uninstall()
     if child is None:
-        p3lib.tc(f"qdisc add dev {SDEV} root handle 10: p3 bands 8 "
-                 f"rate {rate}")
+        tc_batch(SND, [f"qdisc add dev {SDEV} root handle 10: p3 bands 8 "
+                       f"rate {rate}"])
         return
-    p3lib.tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {rate} "
-             f"burst {TBF_BURST} latency 1s")
-    p3lib.tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: {child}")
+    tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: tbf rate {rate} "
+                   f"burst {TBF_BURST} latency 1s",
+                   f"qdisc add dev {SDEV} parent 1:1 handle 10: {child}"])
 
 
-class Qstats:
-    """Qdisc counters of s0 over rtnetlink: cheap enough to sample every
-    few milliseconds, unlike running tc."""
+def p3_xstats():
+    for q in json.loads(run(SND, ["tc", "-s", "-j", "qdisc", "show", "dev",
+                                  SDEV])):
+        if q.get("kind") == "p3":
+            return {k: v for k, v in q.items() if isinstance(v, int)}
+    return {}
 
-    def __init__(self):
-        with InNetns(SND):
-            self.nl = p3nl.Netlink()
-            self.ifindex = socket.if_nametoindex(SDEV)
-        self.lock = threading.Lock()
 
-    def read(self):
-        """{'root'|'child': {bytes, packets, qlen, backlog, drops}}"""
-        body = p3nl.TCMSG.pack(socket.AF_UNSPEC, self.ifindex, 0, 0, 0)
-        res = {}
-        with self.lock:
-            self.nl.send(p3nl.RTM_GETQDISC, p3nl.NLM_F_REQUEST |
-                         p3nl.NLM_F_ROOT | p3nl.NLM_F_MATCH, body)
-            for mtype, _, payload in self.nl.recv():
-                if mtype in (p3nl.NLMSG_ERROR, p3nl.NLMSG_DONE):
-                    break
-                _, idx, handle, parent, _ = p3nl.TCMSG.unpack_from(payload)
-                if idx != self.ifindex:
-                    continue
-                st = {}
-                for _, at, data in p3nl.parse_attrs(payload[
-                        p3nl.TCMSG.size:]):
-                    if at & p3nl.NLA_TYPE_MASK != 7:    # TCA_STATS2
-                        continue
-                    for _, nt, nd in p3nl.parse_attrs(data):
-                        if nt == 1:                     # TCA_STATS_BASIC
-                            st["bytes"], st["packets"] = \
-                                struct.unpack_from("=QI", nd)
-                        elif nt == 3:                   # TCA_STATS_QUEUE
-                            (st["qlen"], st["backlog"], st["drops"],
-                             _, _) = struct.unpack_from("=5I", nd)
-                if parent == p3nl.TC_H_ROOT:
-                    res["root"] = st
-                if handle >> 16 == 0x10:
-                    res["child"] = st
-        return res
+def set_sysctl(ns, name, value):
+    with InNetns(ns):
+        with open("/proc/sys/" + name.replace(".", "/"), "w") as f:
+            f.write(str(value))
 
 
 # ------------------------------------------------------------- urgent side
@@ -474,6 +406,54 @@ class Sampler:
         self.thread.join()
 
 
+class Capture:
+    """Sizes of the packets s0 hands its driver, per TCP destination port,
+    from a packet socket.  Qdisc and filter counters cannot tell them:
+    they count a GSO packet as its segments.  The driver sees what the
+    qdisc dequeued, whole (veth takes GSO packets; tbf's burst fits one)."""
+
+    def __init__(self):
+        with InNetns(SND):
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW,
+                                      socket.htons(3))      # ETH_P_ALL
+        self.sock.bind((SDEV, 3))
+        self.sock.settimeout(0.1)
+        self.ports = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        buf = bytearray(128)
+        while not self.done.is_set():
+            try:
+                n, addr = self.sock.recvfrom_into(buf, len(buf),
+                                                  socket.MSG_TRUNC)
+            except socket.timeout:
+                continue
+            # Outgoing IPv4 TCP only.
+            if addr[2] != socket.PACKET_OUTGOING or buf[12:14] != b"\x08\0" \
+                    or buf[23] != 6:
+                continue
+            ihl = (buf[14] & 15) * 4
+            tcp = 14 + ihl
+            dport = int.from_bytes(buf[tcp + 2:tcp + 4], "big")
+            payload = n - tcp - (buf[tcp + 12] >> 4) * 4
+            if payload <= 0:
+                continue
+            p = self.ports.setdefault(dport, {"skbs": 0, "bytes": 0,
+                                              "segs": 0})
+            p["skbs"] += 1
+            p["bytes"] += n
+            p["segs"] += -(-payload // MSS)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        self.sock.close()
+        return self.ports
+
+
 # ------------------------------------------------------------- sessions
 
 REORDER_KEYS = ("TcpExtTCPSACKReorder", "TcpExtTCPTSReorder",
@@ -489,10 +469,15 @@ def counters_delta(before, after, keys):
 
 
 def link_rate(qs, seconds):
-    """Bytes/s leaving the root qdisc (what the shaper lets through)."""
-    a, ta = qs.read()["root"]["bytes"], time.monotonic()
+    """Bytes/s leaving the root qdisc (what the shaper lets through).  Each
+    reading is stamped with the middle of the time it took."""
+    def read():
+        t0 = time.monotonic()
+        b = qs.read()["root"]["bytes"]
+        return b, (t0 + time.monotonic()) / 2
+    a, ta = read()
     time.sleep(seconds)
-    b, tb = qs.read()["root"]["bytes"], time.monotonic()
+    b, tb = read()
     return (b - a) / (tb - ta)
 
 
@@ -506,8 +491,10 @@ def session(cfg, qname, nbulk, group, urgent, qs):
     snd0, rcv0 = netstat(SND), netstat(RCV)
     q0 = qs.read()
     bulk = Child(SND, bulk_main, nbulk, btag, group)
-    time.sleep(cfg.warmup - 1.0)
-    rec["link_Bps"] = link_rate(qs, 1.0)
+    time.sleep(cfg.warmup - 2.0)
+    rec["warm_window"] = [time.monotonic()]
+    rec["link_Bps"] = link_rate(qs, 2.0)
+    rec["warm_window"].append(time.monotonic())
     urgent.udp_retag((utag, btag), 128 + group, cfg.udp_count, cfg.udp_pps)
     time.sleep(0.3)
     rec["window"] = [time.monotonic()]
@@ -539,36 +526,17 @@ def session(cfg, qname, nbulk, group, urgent, qs):
                     q0.get("child", q0["root"])["drops"])
     rec["backlog_end"] = q1.get("child", q1["root"])["backlog"]
     if qname.startswith("p3"):
-        # qdisc_json() makes the object its own "xstats": flatten it.
-        rec["xstats"] = {k: v for k, v in p3lib.qdisc_json(kind="p3").items()
-                         if isinstance(v, int)}
-    p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+        rec["xstats"] = p3_xstats()
+    uninstall()
     time.sleep(0.5)
     return rec
 
 
 # ------------------------------------------------------------- TSQ
 
-def flower_counters():
-    """Bytes and packets handed to the qdisc per destination port, from
-    the clsact egress filters tsq_experiment() installs."""
-    out = p3lib.tc(f"-s filter show dev {SDEV} egress")
-    res = {}
-    port = None
-    for line in out.splitlines():
-        m = re.search(r"dst_port (\d+)", line)
-        if m:
-            port = int(m[1])
-        m = re.search(r"Sent (\d+) bytes (\d+) pkt", line)
-        if m and port is not None:
-            res[port] = (int(m[1]), int(m[2]))
-            port = None
-    return res
-
-
 def bulk_snapshot():
     """`ss -tin` of the bulk connections: pacing rate, cwnd, minrtt."""
-    out = p3lib.sh(f"ss -tinH dst {RADDR} dport = :{PORT}", ns=SND)
+    out = run(SND, ["ss", "-tinH", "dst", RADDR, "dport", "=", f":{PORT}"])
     flows = []
     for line in out.split("\n"):
         m = re.search(r"pacing_rate (\S+)", line)
@@ -591,48 +559,46 @@ def tsq_experiment(cfg, urgent, qs):
     bonus for flows whose min RTT is short) and with GSO off."""
     size, nbulk = 512 * 1024, 8
     results = []
-    variants = [("fresh", "fresh", None), ("long", "long", None),
+    variants = [("fresh", "fresh", None), ("long-lived", "long", None),
                 ("fresh, tcp_tso_rtt_log=0", "fresh", "rttlog"),
-                ("fresh, GSO/TSO off", "fresh", "nogso")]
+                ("fresh, gso_max_segs 2", "fresh", "segs2"),
+                ("fresh, ethtool gso/tso off", "fresh", "nogso")]
     urgent.msgs.setdefault(size, struct.pack("!Q", size) + b"\x55" * size)
     for label, mode, knob in variants:
         log(f"tsq: pfifo, {nbulk} bulk, 512 KB {label}")
         install("pfifo", cfg.rate)
-        p3lib.tc(f"qdisc add dev {SDEV} clsact")
-        for port in (PORT, UPORT):
-            p3lib.tc(f"filter add dev {SDEV} egress protocol ip flower "
-                     f"ip_proto tcp dst_port {port} action pass")
         if knob == "rttlog":
-            p3lib.sh("sysctl -qw net.ipv4.tcp_tso_rtt_log=0", ns=SND)
+            set_sysctl(SND, "net.ipv4.tcp_tso_rtt_log", 0)
         if knob == "nogso":
-            p3lib.sh(f"ethtool -K {SDEV} tso off gso off", ns=SND)
+            run(SND, ["ethtool", "-K", SDEV, "tso", "off", "gso", "off"])
+        if knob == "segs2":
+            run(SND, ["ip", "link", "set", "dev", SDEV, "gso_max_segs", "2"])
         urgent.open_long(LINUX_TAGS[0])
         bulk = Child(SND, bulk_main, nbulk, LINUX_TAGS[1], 250)
         time.sleep(cfg.warmup + 1.0)
-        f0 = flower_counters()
         snd0 = netstat(SND)
         rec = {"label": label, "bulk": nbulk, "size": size,
                "bulk_flows": bulk_snapshot()}
+        cap = Capture()
         m = urgent.send(mode, size, cfg.tsq_cap,
                         trace=lambda s: Sampler(s, qs))
+        ports = cap.stop()
         snd1 = netstat(SND)
-        f1 = flower_counters()
         rec["after_flows"] = bulk_snapshot()
         rec["msg"] = m
         rec["snd"] = counters_delta(snd0, snd1, SND_KEYS)
-        rec["skb"] = {}
-        for port, name in ((PORT, "bulk"), (UPORT, "urgent")):
-            b = f1.get(port, (0, 0))[0] - f0.get(port, (0, 0))[0]
-            p = f1.get(port, (0, 0))[1] - f0.get(port, (0, 0))[1]
-            rec["skb"][name] = {"bytes": b, "packets": p}
+        rec["skb"] = {"bulk": ports.get(PORT, {}),
+                      "urgent": ports.get(UPORT, {})}
         bulk.stop()
         urgent.close_long()
         if knob == "rttlog":
-            p3lib.sh("sysctl -qw net.ipv4.tcp_tso_rtt_log=9", ns=SND)
+            set_sysctl(SND, "net.ipv4.tcp_tso_rtt_log", 9)
         if knob == "nogso":
-            p3lib.sh(f"ethtool -K {SDEV} tso on gso on", ns=SND)
-        p3lib.sh(f"tc qdisc del dev {SDEV} clsact", ns=SND, check=False)
-        p3lib.sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+            run(SND, ["ethtool", "-K", SDEV, "tso", "on", "gso", "on"])
+        if knob == "segs2":
+            run(SND, ["ip", "link", "set", "dev", SDEV, "gso_max_segs",
+                      "65535"])
+        uninstall()
         log(f"tsq: {label}: {'>' if m['censored'] else ''}"
             f"{m['t'] or 0:.2f} s")
         results.append(rec)
@@ -689,7 +655,7 @@ def main():
     sink_out = "/tmp/preempt-sink.json"
     sink = Child(RCV, sink_main, sink_out)
     userver = Child(RCV, userver_main)
-    qs = Qstats()
+    qs = Qstats(SND, SDEV)
     urgent = Urgent(cfg.sizes)
     res = {"kernel": platform.release(), "rate": cfg.rate,
            "rate_bps": p3lib.parse_rate(cfg.rate), "quick": cfg.quick,

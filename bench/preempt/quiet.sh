@@ -9,7 +9,7 @@ wait_quiet() {
 	local waited=0 max=${P3_BENCH_WAIT_MAX:-1800} n load
 	[ "${P3_BENCH_NOWAIT:-0}" = 1 ] && return 0
 	while :; do
-		n=$(pgrep -c -x qemu-system-x86_64 || true)
+		n=$(pgrep -c qemu-system || true)
 		load=$(cut -d' ' -f1 /proc/loadavg)
 		[ "${n:-0}" -eq 0 ] && return 0
 		if [ "$waited" -ge "$max" ]; then

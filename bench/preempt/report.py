@@ -169,13 +169,16 @@ def targets(res, summ):
 
 
 def tsq_section(res):
+    """One row per variant of the TSQ experiment, and the model: a flow
+    that keeps `unacked` segments in a FIFO whose backlog takes `delay`
+    to drain moves unacked x MSS bytes per delay."""
     if not res.get("tsq"):
         return []
     rate = res["rate_bps"]
-    lines = ["| variant | completion s | ÷ size/rate | urgent pkt B | "
-             "bulk pkt B | mean backlog KB | queue delay ms | urgent "
+    lines = ["| variant | completion s | ÷ size/rate | urgent segs/pkt | "
+             "bulk segs/pkt | backlog KB (pkts) | queue delay ms | urgent "
              "unacked segs | urgent cwnd | urgent pacing Mbit/s | urgent "
-             "min_rtt ms | bulk min_rtt ms | model s | retrans |",
+             "min_rtt ms | bulk min_rtt ms | model s | RTOs |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
              "---:|---:|"]
     for r in res["tsq"]:
@@ -184,10 +187,13 @@ def tsq_section(res):
         size = r["size"]
         ideal = wire_bytes(size) * 8 / rate
         sk = r["skb"]
-        ub = sk["urgent"]["bytes"] / max(1, sk["urgent"]["packets"])
-        bb = sk["bulk"]["bytes"] / max(1, sk["bulk"]["packets"])
-        mid = [x for x in tr if x["backlog"] is not None][2:] or tr
+
+        def segs(d):
+            return d["segs"] / d["skbs"] if d.get("skbs") else math.nan
+        # Skip the first samples: the message has not reached the queue.
+        mid = [x for x in tr if x["backlog"] is not None][2:]
         backlog = statistics.mean(x["backlog"] for x in mid) if mid else 0
+        qlen = statistics.mean(x["qlen"] for x in mid) if mid else 0
         delay = backlog * 8 / rate
         unacked = statistics.mean(x["unacked"] for x in mid) if mid else 0
         cwnd = statistics.median(x["cwnd"] for x in mid) if mid else 0
@@ -195,17 +201,16 @@ def tsq_section(res):
             else 0
         minrtt = tr[-1]["min_rtt_us"] / 1e3 if tr else 0
         bulk_minrtt = [f["minrtt"] for f in r["bulk_flows"] if "minrtt" in f]
-        # The model: the flow keeps `unacked` segments in a FIFO that
-        # takes `delay` to cross, so it moves unacked*MSS per delay.
         model = size / (unacked * MSS / delay) if unacked and delay else 0
         t = m["t"] or 0
         lines.append(
             f"| {r['label']} | {'> ' if m['censored'] else ''}{t:.2f} | "
-            f"{t / ideal:.0f} | {ub:,.0f} | {bb:,.0f} | {backlog / 1e3:,.0f}"
-            f" | {delay * 1e3:.0f} | {unacked:.1f} | {cwnd:.0f} | "
+            f"{t / ideal:.1f} | {segs(sk['urgent']):.1f} | "
+            f"{segs(sk['bulk']):.1f} | {backlog / 1e3:,.0f} ({qlen:.0f}) | "
+            f"{delay * 1e3:.0f} | {unacked:.1f} | {cwnd:.0f} | "
             f"{pacing * 8e-6:.2f} | {minrtt:.2f} | "
             f"{statistics.median(bulk_minrtt) if bulk_minrtt else 0:.2f} | "
-            f"{model:.2f} | {r['snd'].get('TcpRetransSegs', 0)} |")
+            f"{model:.2f} | {r['snd'].get('TcpExtTCPTimeouts', 0)} |")
     return lines
 
 
