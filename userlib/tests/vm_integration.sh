@@ -145,6 +145,24 @@ run_case "p3 50mbit" --require-order --result "$TMP/p3.result"
 band_stats_ok
 tap $? "per-band statistics: band 0 and the bulk bands carried packets"
 
+# The CLI against the live qdisc: change, a refused change, live view.
+ip netns exec "$A" "$P3CTL" change va rate 100mbit &&
+	ip netns exec "$A" "$P3CTL" show va | grep -q "rate 100Mbit"
+tap $? "p3ctl change va rate 100mbit, read back"
+err=$(ip netns exec "$A" "$P3CTL" change va default 9 2>&1)
+r=$?
+echo "$err" | sed 's/^/# /'
+case $err in *"kernel says:"?*) [ $r -eq 1 ] ;; *) false ;; esac
+tap $? "p3ctl change va default 9 (of 8 bands) fails with the kernel's reason"
+ip netns exec "$A" "$P3CTL" --json stat va -w -c 2 -i 0.5 >"$TMP/watch.json" &&
+	"$PY" -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(0 if len(rows) == 2 and all(len(r["bands"]) == 8 and
+         "bps" in r["bands"][0] for r in rows) else 1)' "$TMP/watch.json"
+tap $? "p3ctl stat -w -c 2: two JSON samples with per-band rates"
+ip netns exec "$A" "$P3CTL" change va rate 50mbit
+
 where=$(add_netem)
 tap $? "netem loss 1%, delay 3+-2 ms, reorder 10% on the $where"
 run_case "p3 50mbit + netem ($where)"
