@@ -441,6 +441,8 @@ class Channel:
         return _chan_id(self._handle())
 
     def close(self):
+        """Close every connection; data still queued is dropped (flush
+        first on a sender)."""
         if self._h:
             _close(self._h)
             self._h = None
