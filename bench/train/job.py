@@ -1,17 +1,18 @@
 # SPDX-License-Identifier: GPL-2.0
 """The emulated training job: scaling, sharding, slicing, and the ideal.
 
-Scaling.  The VM moves at most ~200 Mbit/s in total, so the job is shrunk
-in bytes, not in structure.  Three constants tie the emulation to the real
-system it stands for:
+Scaling.  Under TCG the VM moves only a few MB/s through libp3 (framing,
+CRC32C and two copies per byte, ~0.5 ms per message), so the job is shrunk
+in time and bytes, never in structure (same layers, same order, same
+compute-to-communication ratios).  Per model:
 
-  TIME_SCALE  emulated seconds per modelled second of compute
-  BYTE_SCALE  emulated bytes per real parameter byte
-  gbps        the real-equivalent link rate; the emulated rate is
-              rate = gbps * 1e9 / 8 * BYTE_SCALE / TIME_SCALE   (bytes/s)
+  time_scale T = EMU_COMPUTE_S / (the model's compute per iteration)
+  byte_scale B = EMU_MODEL_BYTES / (the model's parameter bytes)
+  emulated link rate   rate = gbps * 1e9 / 8 * B / T     (bytes/s)
 
-so that every ratio of compute to communication time is the real one.  The
-slice is SLICE_BYTES emulated bytes (SLICE_BYTES / BYTE_SCALE real bytes).
+where gbps is the real-equivalent link rate: every ratio of compute time
+to communication time is the one the real model has on a real gbps link.
+A slice is SLICE_BYTES emulated bytes (SLICE_BYTES / B real bytes).
 
 Sharding.  `fifo` shards like MXNet's KVStore (the WFBP baseline P3
 measured against): a layer of at least BIGARRAY_BOUND parameters is split
@@ -27,8 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "userlib", "python"))
 
-TIME_SCALE = 1.0
-BYTE_SCALE = 1.0 / 400
+EMU_COMPUTE_S = 3.0                 # emulated compute per iteration
+EMU_MODEL_BYTES = 256 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 TRAIN_BANDS = 7                     # levels 0..6; band 7 is left to
@@ -52,26 +53,37 @@ Key = collections.namedtuple(
     "Key", "id layer server offset nbytes shard_off level prio")
 
 
-def emu_rate(gbps, byte_scale=None, time_scale=None):
+def scales(profile, compute_s=None, model_bytes=None):
+    """(time_scale, byte_scale) of a model."""
+    c = EMU_COMPUTE_S if compute_s is None else compute_s
+    m = EMU_MODEL_BYTES if model_bytes is None else model_bytes
+    real_bytes = profile["params"] * profile.get("bytes_per_param", 4)
+    return c / profile["iter_compute_s"], m / real_bytes
+
+
+def emu_rate(gbps, byte_scale, time_scale):
     """Emulated link rate in bytes/s for a real-equivalent rate in Gbit/s."""
-    b = BYTE_SCALE if byte_scale is None else byte_scale
-    t = TIME_SCALE if time_scale is None else time_scale
-    return gbps * 1e9 / 8 * b / t
+    return gbps * 1e9 / 8 * byte_scale / time_scale
+
+
+def real_gbps(rate_Bps, byte_scale, time_scale):
+    return rate_Bps * 8 / 1e9 * time_scale / byte_scale
 
 
 class Job:
     """One configuration: model profile, mode, cluster size and link rate."""
 
     def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
-                 time_scale=None, byte_scale=None, slice_bytes=None):
+                 compute_s=None, model_bytes=None, slice_bytes=None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         self.profile = profile
         self.mode = mode
         self.workers, self.servers = workers, servers
         self.gbps = gbps
-        self.time_scale = TIME_SCALE if time_scale is None else time_scale
-        self.byte_scale = BYTE_SCALE if byte_scale is None else byte_scale
+        self.compute_s, self.model_bytes = compute_s, model_bytes
+        self.time_scale, self.byte_scale = scales(profile, compute_s,
+                                                  model_bytes)
         self.slice_bytes = slice_bytes or SLICE_BYTES
         self.rate = emu_rate(gbps, self.byte_scale, self.time_scale)
         layers = profile["layers"]
@@ -180,7 +192,7 @@ class Job:
         """
         ref = self if self.sliced else Job(
             self.profile, "p3kernel", self.workers, self.servers, self.gbps,
-            self.time_scale, self.byte_scale, self.slice_bytes)
+            self.compute_s, self.model_bytes, self.slice_bytes)
         r = ref.rate * GOODPUT
         slice_s = (ref.slice_bytes + FRAME_HDR) / r
         compute = sum(ref.fwd) + sum(ref.bwd)

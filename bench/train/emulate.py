@@ -1,0 +1,766 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Emulated parameter-server training on network namespaces (run as root,
+inside the VM: selftests/vm-run -- bench/train/emulate.py ...).
+
+W workers and S servers, each a network namespace with one veth port on a
+bridge (its own namespace, p3e-sw).  Every host's egress is shaped to the
+same rate: `p3 ... rate R` in p3kernel mode, `tbf rate R` over a pfifo
+child otherwise.  Workers emulate per-layer forward and backward time by
+sleeping; backward pushes each layer's gradient as soon as it exists (last
+layer first) to the servers that own its keys; a server aggregates a key
+once all W workers pushed it and sends the updated parameters back to
+every worker; a worker's forward layer waits for its parameters.  All
+traffic goes through libp3 channels (framing, CRC32C, reassembly) so that
+the modes differ only in what they are about:
+
+  fifo      MXNet-style shards, whole, in backward order, one socket/peer
+  slice     P3's slices (round-robin over servers), same order, one socket
+  p3user    slices, one socket per peer, libp3's in-band priority queue
+            (P3's user-space design), TCP_NOTSENT_LOWAT 16 KB
+  p3kernel  slices on 7 tagged sockets per peer (levels 0..6, DSCP), the
+            p3 qdisc on every host
+
+With --bulk each worker host also runs an untagged bulk TCP upload (a
+checkpoint) to a storage host through the same NIC.
+
+Every host runs as a process forked from this one after the imports (a
+fresh python3 with ctypes takes ~10 s to start under TCG); the child enters
+its namespace with setns(2).  Results are JSON lines; progress goes to
+stderr:  [3/24] vgg19 p3kernel 8gbps (20.0mbit): 1.234 s/iter
+"""
+import argparse
+import ctypes
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import job as jobmod    # noqa: E402  (puts userlib/python on sys.path)
+import models           # noqa: E402
+import p3               # noqa: E402
+
+PREFIX = "p3e-"
+SWITCH = PREFIX + "sw"
+SUBNET = "10.77.0"
+STORE_IP = f"{SUBNET}.200"
+BULK_PORT = 9000
+BULK_CHUNK = 1 << 20
+PUMP_S = 0.02           # sender wake-up period while data is queued
+GSO_MAX = 8192          # bytes per GSO packet (TCP builds them this big)
+TBF_BURST = 10000       # one such packet with its headers (p3's pacer sends
+                        # one, then waits len/R); --calibrate compares them
+QLIMIT = 10000          # packets: p3's default limit, and the pfifo's
+CLONE_NEWNET = 0x40000000
+PR_SET_NAME = 15
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sh(cmd, check=True, input=None):
+    r = subprocess.run(cmd, shell=True, text=True, input=input,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and r.returncode:
+        raise RuntimeError(f"`{cmd}` exited {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def enter_netns(name):
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET):
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns {name}: {os.strerror(e)}")
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------- topology
+
+class Cluster:
+    """The namespaces, the bridge, and each host's egress shaper."""
+
+    def __init__(self, workers, servers):
+        self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
+        self.servers = [(f"s{i}", f"{SUBNET}.{100 + i}")
+                        for i in range(servers)]
+        self.hosts = self.workers + self.servers + [("store", STORE_IP)]
+
+    @staticmethod
+    def ns(host):
+        return PREFIX + host
+
+    def up(self):
+        self.down()
+        lines = [f"netns add {SWITCH}"]
+        lines += [f"netns add {self.ns(h)}" for h, _ in self.hosts]
+        lines += [f"link add eth0 netns {self.ns(h)} type veth peer name {h} "
+                  f"netns {SWITCH}" for h, _ in self.hosts]
+        sh("ip -batch -", input="\n".join(lines) + "\n")
+        sw = ["link add br0 type bridge", "link set br0 up", "link set lo up"]
+        sw += [f"link set {h} master br0 up" for h, _ in self.hosts]
+        sh(f"ip -n {SWITCH} -batch -", input="\n".join(sw) + "\n")
+        for h, ip in self.hosts:
+            sh(f"ip -n {self.ns(h)} -batch -",
+               input=f"addr add {ip}/24 dev eth0\nlink set eth0 up\n"
+                     "link set lo up\n")
+            # Small GSO packets: a 64 KB one lasts ~0.5 s on these
+            # scaled-down links, and no qdisc can preempt a packet once it
+            # left; wire-size packets cost too much CPU under TCG.
+            sh(f"ip -n {self.ns(h)} link set eth0 gso_max_size {GSO_MAX}")
+
+    def down(self):
+        out = sh("ip netns list", check=False)
+        for line in out.splitlines():
+            name = line.split()[0] if line.split() else ""
+            if name.startswith(PREFIX):
+                sh(f"ip netns del {name}", check=False)
+
+    def shape(self, mode, rate_Bps):
+        """The same rate on every host's egress: the p3 qdisc's pacer in
+        p3kernel mode, otherwise tbf (burst of one GSO packet) over a
+        pfifo, the FIFO a NIC has without P3."""
+        bits = int(rate_Bps * 8)
+        for h, _ in self.hosts:
+            sh(f"tc -n {self.ns(h)} qdisc del dev eth0 root", check=False)
+            if mode == "p3kernel":
+                cmds = (f"qdisc add dev eth0 root handle 1: p3 bands "
+                        f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
+                        f" tag dscp limit {QLIMIT} rate {bits}bit\n")
+            else:
+                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
+                        f" burst {TBF_BURST} latency 10s\n"
+                        f"qdisc add dev eth0 parent 1:1 handle 10: pfifo "
+                        f"limit {QLIMIT}\n")
+            sh(f"tc -n {self.ns(h)} -batch -", input=cmds)
+
+    def qdisc_stats(self):
+        """Drops, and p3's preemptions, summed over the hosts."""
+        tot = {"drops": 0, "preemptions": 0, "sent_bytes": 0}
+        for h, _ in self.hosts:
+            try:
+                qs = json.loads(sh(f"tc -n {self.ns(h)} -s -j qdisc show dev eth0"))
+            except (RuntimeError, ValueError):
+                continue
+            for q in qs:
+                if q.get("root") or q.get("kind") in ("pfifo",):
+                    tot["drops"] += q.get("drops", 0)
+                if q.get("root"):
+                    tot["sent_bytes"] += q.get("bytes", 0)
+                tot["preemptions"] += q.get("xstats", {}).get("preemptions", 0)
+        return tot
+
+
+def cpu_times():
+    """Jiffies: total, idle, user, system, softirq (all CPUs)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4], v[0] + v[1], v[2], v[5] + v[6]
+
+
+def thread_cpu(pids):
+    """utime + stime (s) per thread name, summed over processes @pids."""
+    out = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            name = raw[raw.index("(") + 1:raw.rindex(")")]
+            v = raw.rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0) + (int(v[11]) + int(v[12])) / tck
+    return out
+
+
+# ------------------------------------------------------------- children
+
+class Child:
+    """A forked host process and its two pipes (JSON lines)."""
+
+    open_fds = set()        # the parent's ends, which no child should keep
+
+    def __init__(self, name, netns, fn, *args):
+        c_r, p_w = os.pipe()        # parent -> child
+        p_r, c_w = os.pipe()        # child -> parent
+        self.name = name
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(p_w)
+            os.close(p_r)
+            for fd in Child.open_fds:
+                os.close(fd)
+            code = 0
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                enter_netns(netns)
+                _libc.prctl(PR_SET_NAME, (name.rstrip("0123456789") +
+                                          "-main").encode(), 0, 0, 0)
+                ctl = Ctl(os.fdopen(c_r, "r"), os.fdopen(c_w, "w"))
+                fn(ctl, *args)
+            except BaseException as e:      # report, never unwind into
+                try:                         # the parent's code
+                    os.write(c_w, (json.dumps({"error": f"{name}: {e!r}"})
+                                   + "\n").encode())
+                except OSError:
+                    pass
+                code = 1
+            os._exit(code)
+        os.close(c_r)
+        os.close(c_w)
+        self.w = os.fdopen(p_w, "w")
+        self.rfd = p_r
+        Child.open_fds |= {p_w, p_r}
+        self.buf = b""
+
+    def send(self, msg):
+        self.w.write(json.dumps(msg) + "\n")
+        self.w.flush()
+
+    def lines(self):
+        data = os.read(self.rfd, 65536)
+        if not data:
+            raise RuntimeError(f"{self.name} exited")
+        self.buf += data
+        *done, self.buf = self.buf.split(b"\n")
+        return [json.loads(x) for x in done if x]
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+        Child.open_fds -= {self.w.fileno(), self.rfd}
+        self.w.close()
+        os.close(self.rfd)
+
+
+class Ctl:
+    """The child's side of the pipes."""
+
+    def __init__(self, r, w):
+        self.r, self.w = r, w
+        self.lock = threading.Lock()
+
+    def send(self, **msg):
+        with self.lock:
+            self.w.write(json.dumps(msg) + "\n")
+            self.w.flush()
+
+    def wait(self, what):
+        for line in self.r:
+            msg = json.loads(line)
+            if msg.get("cmd") == what:
+                return msg
+        raise RuntimeError("controller went away")
+
+
+def gather(children, key, timeout):
+    """Waits until every child sent a message with @key; returns them."""
+    want = {c.rfd: c for c in children}
+    got = {}
+    deadline = time.monotonic() + timeout
+    while len(got) < len(children):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [c.name for c in children if c.name not in got]
+            raise TimeoutError(f"no '{key}' from {', '.join(missing)}")
+        ready, _, _ = select.select([fd for fd, c in want.items()
+                                     if c.name not in got], [], [], left)
+        for fd in ready:
+            c = want[fd]
+            for msg in c.lines():
+                if "error" in msg:
+                    raise RuntimeError(msg["error"])
+                if key in msg:
+                    got[c.name] = msg
+    return got
+
+
+def fatal(ctl, what):
+    """Thread body wrapper: an exception ends the whole host process.  The
+    thread is named after its function (see `top -H`)."""
+    def wrap(fn, *args):
+        try:
+            name = f"{what[0]}-{fn.__name__}"
+            _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+            fn(*args)
+        except BaseException as e:
+            try:
+                ctl.send(error=f"{what}: {e!r}")
+            finally:
+                os._exit(1)
+    return wrap
+
+
+# --------------------------------------------------------------- sending
+
+def sender(chans, q, j, to_server):
+    """The host's one sender thread, as in P3 (libp3 handles are not
+    thread-safe either).  q holds (peer, keys, iteration); each send goes
+    into libp3's per-band heap of that peer's channel, ordered by
+    (iteration, prio, arrival), and is written at once if its socket has
+    room.  The rest is written as the sockets drain: the thread wakes for
+    every new send, and every PUMP_S while data is queued (the 16 KB of
+    TCP_NOTSENT_LOWAT last longer than that at these link rates)."""
+    zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
+    prioritised = j.mode in ("p3user", "p3kernel")
+    banded = j.mode == "p3kernel"
+    pump = min(PUMP_S, 8192 / j.rate)
+    busy = False
+    while True:
+        try:
+            batch = [q.get(timeout=pump if busy else None)]
+        except queue.Empty:
+            batch = []
+        while True:
+            try:
+                batch.append(q.get_nowait())
+            except queue.Empty:
+                break
+        for peer, keys, it in batch:
+            ch = chans[peer]
+            for k in keys:
+                if to_server:
+                    ch.send(k.id, zero[:k.nbytes], k.level if banded else 0,
+                            iteration=it, prio=k.prio if prioritised else 0)
+                else:
+                    ch.send(k.layer, zero[:k.nbytes],
+                            k.level if banded else 0, iteration=it,
+                            offset=k.shard_off,
+                            prio=k.prio if prioritised else 0)
+        busy = False
+        for ch in chans.values():
+            if ch.queued:
+                ch.poll(0)
+                busy = busy or ch.queued > 0
+
+
+def connect_peers(j, ips, port, chan_id, out):
+    for i, ip in enumerate(ips):
+        out[i] = p3.Channel.connect(ip, port, bands=j.bands, chan_id=chan_id,
+                                    max_queued=1 << 30, timeout=60)
+
+
+def accept_peers(lst, n, base):
+    chans = {}
+    while len(chans) < n:
+        ch = lst.accept(timeout=60)
+        chans[ch.chan_id - base] = ch
+    return chans
+
+
+# ---------------------------------------------------------------- server
+
+def server_main(ctl, j, sid, cfg):
+    mine = [k for k in j.keys if k.server == sid]
+    byid = {k.id: k for k in mine}
+    lst = p3.Listener(host=None, port=cfg["port"], timeout=60)
+    ctl.send(ready=1)
+    ctl.wait("connect")
+    pull = {}
+    t = threading.Thread(target=connect_peers,
+                         args=(j, cfg["worker_ips"], cfg["port"], 1001 + sid,
+                               pull))
+    t.start()
+    push = accept_peers(lst, j.workers, 1)
+    t.join()
+    if len(pull) != j.workers:
+        raise RuntimeError("could not connect to every worker")
+    ctl.send(connected=1)
+    ctl.wait("go")
+    W = j.workers
+    count = {k.id: 0 for k in mine}
+    lock = threading.Lock()
+    txq = queue.Queue()
+    last = cfg["iters"]
+
+    def receive(w, ch):
+        bufs = {k.id: bytearray(k.nbytes) for k in mine}
+        for k in mine:
+            ch.expect(k.id, bufs[k.id], 0)
+        while True:
+            for c in ch.poll(0.5):
+                if c.iteration + 1 < last:
+                    ch.expect(c.tensor, bufs[c.tensor], c.iteration + 1)
+                with lock:
+                    count[c.tensor] += 1
+                    full = count[c.tensor] == W
+                    if full:
+                        count[c.tensor] = 0
+                if full:
+                    keys = [byid[c.tensor]]
+                    for w2 in range(W):
+                        txq.put((w2, keys, c.iteration + 1))
+
+    wrap = fatal(ctl, f"server {sid}")
+    threading.Thread(target=wrap, args=(sender, pull, txq, j, False),
+                     daemon=True).start()
+    for w in range(W):
+        threading.Thread(target=wrap, args=(receive, w, push[w]),
+                         daemon=True).start()
+    while True:
+        time.sleep(3600)
+
+
+# ---------------------------------------------------------------- worker
+
+def sleep_until(t):
+    d = t - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+
+
+def worker_main(ctl, j, wid, cfg):
+    S = j.servers
+    L = len(j.fwd)
+    by_layer = j.keys_of_layer()
+    # Per layer, the keys each server owns, and how many servers send it.
+    push_keys = [[[k for k in by_layer[la] if k.server == s] for s in range(S)]
+                 for la in range(L)]
+    nsrv = [sum(1 for s in range(S) if push_keys[la][s]) for la in range(L)]
+    lst = p3.Listener(host=None, port=cfg["port"], timeout=60)
+    ctl.send(ready=1)
+    ctl.wait("connect")
+    push = {}
+    t = threading.Thread(target=connect_peers,
+                         args=(j, cfg["server_ips"], cfg["port"], 1 + wid,
+                               push))
+    t.start()
+    pull = accept_peers(lst, S, 1001)
+    t.join()
+    if len(push) != S:
+        raise RuntimeError("could not connect to every server")
+    ctl.send(connected=1)
+    ctl.wait("go")
+
+    iters = cfg["iters"]                # iteration starts to time
+    cond = threading.Condition()
+    ready = [0] * L                     # newest iteration with parameters
+    got = [0] * L
+    txq = queue.Queue()
+
+    def receive(s, ch):
+        layers = [la for la in range(L) if push_keys[la][s]]
+        bufs = {la: bytearray(j.shard_bytes[(la, s)]) for la in layers}
+        for la in layers:
+            ch.expect(la, bufs[la], 1)
+        while True:
+            for c in ch.poll(0.5):
+                la, it = c.tensor, c.iteration
+                if it + 1 < iters:
+                    ch.expect(la, bufs[la], it + 1)
+                with cond:
+                    got[la] += 1
+                    if got[la] == nsrv[la]:
+                        got[la] = 0
+                        ready[la] = it
+                        cond.notify_all()
+
+    wrap = fatal(ctl, f"worker {wid}")
+    threading.Thread(target=wrap, args=(sender, push, txq, j, True),
+                     daemon=True).start()
+    for s in range(S):
+        threading.Thread(target=wrap, args=(receive, s, pull[s]),
+                         daemon=True).start()
+
+    starts, stalls = [], []
+    t = time.monotonic()
+    for it in range(iters):
+        stall = 0.0
+        for la in range(L):
+            if ready[la] < it:
+                w0 = time.monotonic()
+                with cond:
+                    while ready[la] < it:
+                        cond.wait()
+                t = time.monotonic()
+                stall += t - w0
+            if la == 0:
+                starts.append(t)
+                if it == iters - 1:
+                    break
+            t += j.fwd[la]
+            sleep_until(t)
+        if it == iters - 1:
+            break
+        for la in reversed(range(L)):
+            t += j.bwd[la]
+            sleep_until(t)
+            for s in range(S):
+                if push_keys[la][s]:
+                    txq.put((s, push_keys[la][s], it))
+        stalls.append(stall)
+    ctl.send(result={"starts": starts, "stalls": stalls})
+    while True:
+        time.sleep(3600)
+
+
+# ------------------------------------------------------------------ bulk
+
+def store_main(ctl, cfg):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", cfg["bulk_port"]))
+    srv.listen(64)
+    ctl.send(ready=1)
+
+    def drain(c):
+        buf = bytearray(BULK_CHUNK)
+        while c.recv_into(buf):
+            pass
+
+    while True:
+        c, _ = srv.accept()
+        threading.Thread(target=drain, args=(c,), daemon=True).start()
+
+
+def ckpt_main(ctl, cfg):
+    """A checkpoint upload: untagged, default socket options."""
+    ctl.send(ready=1)
+    ctl.wait("connect")
+    s = socket.create_connection((STORE_IP, cfg["bulk_port"]), timeout=60)
+    ctl.send(connected=1)
+    buf = bytes(BULK_CHUNK)
+    while True:
+        s.sendall(buf)
+
+
+# ---------------------------------------------------------- calibration
+
+def sink_main(ctl, cfg):
+    """Counts the bytes of one bulk connection over a window."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", cfg["bulk_port"]))
+    srv.listen(4)
+    ctl.send(ready=1)
+    c, _ = srv.accept()
+    buf = bytearray(BULK_CHUNK)
+    n, t_end, t_mark = 0, None, None
+    while True:
+        k = c.recv_into(buf)
+        now = time.monotonic()
+        if t_mark is None and now > cfg["t_from"]:
+            t_mark, n = now, 0
+        n += k
+        if now > cfg["t_to"]:
+            t_end = now
+            break
+    ctl.send(goodput=n / (t_end - t_mark))
+    while True:
+        time.sleep(3600)
+
+
+def calibrate(cluster, rate, seconds=5.0):
+    """Goodput of one bulk TCP flow through each shaper at @rate."""
+    out = {}
+    for mode in ("p3kernel", "fifo"):
+        cluster.shape(mode, rate)
+        now = time.monotonic()
+        cfg = {"bulk_port": BULK_PORT + 999, "t_from": now + 6,
+               "t_to": now + 6 + seconds}
+        kids = []
+        try:
+            kids.append(Child("sink", cluster.ns("store"), sink_main, cfg))
+            gather(kids, "ready", 60)
+            kids.append(Child("ckpt", cluster.ns(cluster.workers[0][0]),
+                              ckpt_main, cfg))
+            gather(kids[1:], "ready", 60)
+            kids[1].send({"cmd": "connect"})
+            out[mode] = gather(kids[:1], "goodput", 120)["sink"]["goodput"]
+        finally:
+            for c in reversed(kids):
+                c.kill()
+    return {"rate_Bps": rate, "p3_goodput": out["p3kernel"],
+            "tbf_goodput": out["fifo"],
+            "p3_eff": out["p3kernel"] / (rate * jobmod.GOODPUT),
+            "tbf_eff": out["fifo"] / (rate * jobmod.GOODPUT)}
+
+
+# ------------------------------------------------------------ one run
+
+def run_one(cluster, j, iters, warmup, bulk, port):
+    """Runs job @j once; returns the result record."""
+    cluster.shape(j.mode, j.rate)
+    ideal = j.ideal()
+    cfg = {"port": port, "bulk_port": BULK_PORT + port % 1000,
+           "iters": warmup + iters + 1,
+           "worker_ips": [ip for _, ip in cluster.workers],
+           "server_ips": [ip for _, ip in cluster.servers]}
+    kids = []
+    try:
+        if bulk:
+            kids.append(Child("store", cluster.ns("store"), store_main, cfg))
+        servers = [Child(f"s{i}", cluster.ns(h), server_main, j, i, cfg)
+                   for i, (h, _) in enumerate(cluster.servers)]
+        workers = [Child(f"w{i}", cluster.ns(h), worker_main, j, i, cfg)
+                   for i, (h, _) in enumerate(cluster.workers)]
+        ckpts = [Child(f"ckpt{i}", cluster.ns(h), ckpt_main, cfg)
+                 for i, (h, _) in enumerate(cluster.workers)] if bulk else []
+        kids += servers + workers + ckpts
+        gather(kids, "ready", 120)
+        job_kids = servers + workers
+        for c in job_kids + ckpts:
+            c.send({"cmd": "connect"})
+        gather(job_kids + ckpts, "connected", 180)
+        if bulk:
+            time.sleep(2.0)         # let the uploads reach steady state
+        cpu0 = cpu_times()
+        th0 = thread_cpu([c.pid for c in kids])
+        t0 = time.monotonic()
+        for c in job_kids:
+            c.send({"cmd": "go"})
+        # A generous bound: FIFO with no overlap at all, three times over.
+        bound = cfg["iters"] * 3 * (ideal["compute_s"] + 3 * ideal["link_s"])
+        res = gather(workers, "result", bound + 120)
+        wall = time.monotonic() - t0
+        cpu1 = cpu_times()
+        th1 = thread_cpu([c.pid for c in kids])
+        pcpu = {n: round((v - th0.get(n, 0)) / wall, 3)
+                for n, v in th1.items()}
+        pcpu["ALL"] = round(sum(pcpu.values()), 3)
+    finally:
+        for c in reversed(kids):
+            c.kill()
+    q = cluster.qdisc_stats()
+    per = []
+    stall = []
+    for name in sorted(res):
+        st = res[name]["result"]["starts"]
+        per.append((st[-1] - st[warmup]) / iters)
+        stall.append(sum(res[name]["result"]["stalls"][warmup:]) / iters)
+    it_s = sum(per) / len(per)
+    dt, di = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    split = {n: (cpu1[i] - cpu0[i]) / dt if dt else None
+             for i, n in ((2, "user"), (3, "system"), (4, "irq"))}
+    rec = j.describe()
+    rec.update({
+        "bulk": bool(bulk), "iters": iters, "warmup": warmup,
+        "iter_s": it_s, "iter_s_workers": per,
+        "stall_s": sum(stall) / len(stall),
+        "samples_per_s": j.samples_per_s(it_s),
+        "ideal_iter_s": ideal["iter_s"], "ideal_bound": ideal["bound"],
+        "compute_s": ideal["compute_s"], "link_s": ideal["link_s"],
+        "wall_s": wall, "cpu_busy": 1 - di / dt if dt else None,
+        "cpu_split": split, "cpu_procs": pcpu,
+        "qdisc": q,
+    })
+    return rec
+
+
+def parse_list(s, conv=str):
+    return [conv(x) for x in s.split(",") if x]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="vgg19")
+    ap.add_argument("--modes", default="fifo,slice,p3user,p3kernel")
+    ap.add_argument("--gbps", default="10",
+                    help="real-equivalent link rates (comma-separated)")
+    ap.add_argument("--bulk", default="none", choices=("none", "only", "both"),
+                    help="co-located bulk upload on every worker host")
+    ap.add_argument("--bulk-modes", default="fifo,p3user,p3kernel",
+                    help="modes to run with the bulk upload")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--servers", type=int, default=4)
+    ap.add_argument("--compute-s", type=float, default=jobmod.EMU_COMPUTE_S,
+                    help="emulated compute per iteration (s)")
+    ap.add_argument("--model-bytes", type=int,
+                    default=jobmod.EMU_MODEL_BYTES,
+                    help="emulated parameter bytes of every model")
+    ap.add_argument("--slice-bytes", type=int, default=jobmod.SLICE_BYTES)
+    ap.add_argument("--out", help="append JSON lines here (else stdout)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="first measure one bulk flow through each shaper "
+                    "at every rate of the sweep")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the namespaces up afterwards")
+    args = ap.parse_args()
+    if os.geteuid():
+        sys.exit("emulate.py: needs root (run it in the VM: selftests/vm-run)")
+
+    plan = []
+    bulk_modes = parse_list(args.bulk_modes)
+    for _ in range(args.repeat):
+        for model in parse_list(args.models):
+            for g in parse_list(args.gbps, float):
+                if args.bulk in ("none", "both"):
+                    plan += [(model, m, g, False)
+                             for m in parse_list(args.modes)]
+                if args.bulk in ("only", "both"):
+                    plan += [(model, m, g, True) for m in bulk_modes]
+    profiles = {m: models.profile(m) for m in parse_list(args.models)}
+    cluster = Cluster(args.workers, args.servers)
+    cluster.up()
+    out = open(args.out, "a") if args.out else sys.stdout
+    failed = 0
+    try:
+        if args.calibrate:
+            rates = sorted({jobmod.Job(profiles[m], "fifo", args.workers,
+                                       args.servers, g, args.compute_s,
+                                       args.model_bytes).rate
+                            for m, _, g, _ in plan})
+            for r in rates:
+                cal = calibrate(cluster, r)
+                log(f"calibrate {r * 8 / 1e6:.2f}mbit: one TCP flow gets "
+                    f"{cal['p3_eff']:.1%} of the goodput bound through p3, "
+                    f"{cal['tbf_eff']:.1%} through tbf")
+                out.write(json.dumps(dict(cal, calibration=True)) + "\n")
+        for n, (model, mode, g, bulk) in enumerate(plan, 1):
+            j = jobmod.Job(profiles[model], mode, args.workers, args.servers,
+                           g, args.compute_s, args.model_bytes,
+                           args.slice_bytes)
+            tag = (f"[{n}/{len(plan)}] {model} {mode}{'+bulk' if bulk else ''}"
+                   f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")
+            try:
+                rec = run_one(cluster, j, args.iters, args.warmup, bulk,
+                              7000 + 10 * (n % 200))
+            except Exception as e:          # one bad run must not end a sweep
+                failed += 1
+                log(f"{tag}: FAILED: {e}")
+                rec = dict(j.describe(), bulk=bulk, error=str(e))
+            else:
+                log(f"{tag}: {rec['iter_s']:.3f} s/iter (ideal "
+                    f"{rec['ideal_iter_s']:.3f}, stall {rec['stall_s']:.3f},"
+                    f" cpu {rec['cpu_busy']:.0%}, drops "
+                    f"{rec['qdisc']['drops']})")
+                if args.verbose:
+                    log(f"    cpu {json.dumps(rec['cpu_split'])} procs "
+                        f"{json.dumps(rec['cpu_procs'])} workers "
+                        f"{rec['iter_s_workers']}")
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+    finally:
+        if not args.keep:
+            cluster.down()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
