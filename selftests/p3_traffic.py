@@ -217,6 +217,57 @@ def test_tag_sources(chk):
         sh(f"tc qdisc del dev {SDEV} root", ns=SND)
 
 
+def test_change_keeps_packets(chk):
+    """`tc qdisc change` keeps every queued packet (bands folded into the
+    new last band), except those over a lowered limit, which are counted
+    as drops; the receiver gets exactly the rest."""
+    # 1000-byte packets leave once a second: nothing much drains while
+    # the test looks.
+    p3_root("rate 8kbit")
+    sink = Sink()
+    senders = [p3t(["udp", RADDR, "--port", str(PORT), "--count", "12",
+                    "--size", "1000", "--tags", f"prio:{band + 1}",
+                    "--group", "20", "--sndbuf", str(1 << 20)], wait=False)
+               for band in range(8)]
+    for p in senders:
+        p.wait(timeout=60)
+
+    def snap():
+        q = qdisc_json()
+        return q["qlen"], q["packets"], q["drops"]
+    def stable_bands():
+        """Class stats between two equal qdisc snapshots."""
+        for _ in range(5):
+            a, bands, b = snap(), class_stats(), snap()
+            if a == b:
+                return a, bands
+        raise RuntimeError("queue kept moving")
+    q0, s0, d0 = snap()
+    tc(f"qdisc change dev {SDEV} root p3 bands 4")
+    (q1, s1, d1), bands = stable_bands()
+    kept = q0 - (s1 - s0)
+    chk.note(f"queued {q0}; after bands 4: {q1} queued, {s1 - s0} sent "
+             f"meanwhile, {d1 - d0} dropped, classes {sorted(bands)}, "
+             f"last band holds {bands.get(3, {}).get('qlen')}")
+    chk.expect(d1 == d0 and q1 == kept, "packets lost by change bands")
+    chk.expect(sorted(bands) == [0, 1, 2, 3], "classes did not follow")
+    chk.expect(sum(b["qlen"] for b in bands.values()) == q1,
+               "band backlogs do not add up to the qdisc's")
+
+    tc(f"qdisc change dev {SDEV} root p3 limit 20")
+    q2, s2, d2 = snap()
+    chk.note(f"after limit 20: {q2} queued, {d2 - d1} dropped")
+    chk.expect(q2 <= 20 and d2 - d1 == q1 - (s2 - s1) - q2,
+               "limit change drops not accounted")
+    tc(f"qdisc change dev {SDEV} root p3 rate 50mbit")
+    time.sleep(1.5)
+    q3, s3, d3 = snap()
+    got = sink.stop()["udp"].get("20", {}).get("received", 0)
+    chk.note(f"received {got} of 96, dropped {d3 - d0}")
+    chk.expect(q3 == 0, f"{q3} packets stuck after the rate change")
+    chk.expect(got == 96 - (d3 - d0), "receiver count disagrees with drops")
+
+
 def tbf_parent():
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} burst 32k "
@@ -356,6 +407,7 @@ TESTS = [
     ("reorder_control_prio", test_reorder_control),
     ("overflow_drops_least_urgent", test_overflow),
     ("tag_sources", test_tag_sources),
+    ("change_keeps_packets", test_change_keeps_packets),
     ("under_tbf", test_under_tbf),
     ("under_htb", test_under_htb),
     ("own_rate", test_own_rate),
