@@ -233,12 +233,20 @@ def test_change_keeps_packets(chk):
         p.wait(timeout=60)
 
     def snap():
-        q = qdisc_json()
-        return q["qlen"], q["packets"], q["drops"]
+        """(qlen, sent, dropped), read twice until equal: one dump is not
+        atomic, and a dequeue between its fields would skew the sums."""
+        prev = None
+        for _ in range(10):
+            q = qdisc_json()
+            cur = q["qlen"], q["packets"], q["drops"]
+            if cur == prev:
+                return cur
+            prev = cur
+        raise RuntimeError("queue kept moving")
     def stable_bands():
         """Class stats between two equal qdisc snapshots."""
         for _ in range(5):
-            a, bands, b = snap(), class_stats(), snap()
+            a, bands, b = snap(), class_stats(), snap()  # noqa
             if a == b:
                 return a, bands
         raise RuntimeError("queue kept moving")
