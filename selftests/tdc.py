@@ -17,20 +17,22 @@ matchPattern, matchCount, teardown), plus:
               matchPattern) and its JSON (tc -j);
   skip        "yes" reports the case as skipped.
 
+Unlike tdc, verifyCmd and verifyJSONCmd must exit with status 0: a count
+of zero matches proves nothing if the command failed.
+
 Commands run with /bin/sh, after substituting $TC, $IP, $DEV (alias
 $DUMMY), $NL (the raw netlink sender, selftests/p3nl.py -d $DEV) and $PY
-(python3 -I -S, which starts faster).  A setup or
-teardown command is a string (exit status 0 expected) or a list
-[command, accepted status...].  matchPattern is compiled with re.MULTILINE
-(not DOTALL, so ".*" stays within a line and matchCount counts lines).
+(python3 -I -S, which starts faster).  A setup or teardown command is a
+string (exit status 0 expected) or a list [command, accepted status...].
+matchPattern is compiled with re.MULTILINE, not DOTALL, so ".*" stays
+within a line and matchCount counts lines.
 
 The runner re-executes itself in a new network namespace (unshare -n), so
 the cases never see or touch the host's interfaces.  Before each case it
-creates $DEV (a dummy device, p3d0) and after
-the teardown deletes it with whatever is still attached, so a failed case
-cannot leak a qdisc into the next one.  It also fails a case that makes
-the kernel log a new WARNING, BUG, Oops, KASAN or UBSAN line (read from
-/dev/kmsg).
+creates $DEV (a dummy device, p3d0); after the teardown it deletes $DEV
+with whatever is still attached, so a failed case cannot leak a qdisc into
+the next one.  A case also fails if the kernel logged a new WARNING, BUG,
+Oops, KASAN or UBSAN line while it ran (read from /dev/kmsg).
 
   tdc.py [-f FILE...] [-e ID...] [-c CATEGORY...] [-l] [-v]
 """
@@ -277,26 +279,39 @@ class Runner:
                                         "verifyJSONCmd" in case):
             raise CaseError("matchJSON without verifyCmd or verifyJSONCmd")
         if "verifyCmd" in case:
-            cmd, rc, out, err = self.sh(case["verifyCmd"])
-        if "matchPattern" in case:
+            cmd, rc, out, err = self.verify(case["verifyCmd"], fail)
+        if "matchPattern" in case and rc == 0:
             count = len(re.findall(case["matchPattern"], out, re.MULTILINE))
             want = int(case.get("matchCount", 1))
             if count != want:
                 fail.add("verifyCmd: /%s/ matched %d times, expected %d" % (
                     case["matchPattern"], count, want), cmd, rc, out, err)
         if "matchJSON" in case:
+            what = "verifyCmd"
             if "verifyJSONCmd" in case:
-                cmd, rc, out, err = self.sh(case["verifyJSONCmd"])
+                what = "verifyJSONCmd"
+                cmd, rc, out, err = self.verify(case[what], fail)
+            if rc != 0:
+                return
             try:
                 actual = json.loads(out)
             except ValueError as e:
-                fail.add("verifyCmd: stdout is not JSON (%s)" % e,
+                fail.add("%s: stdout is not JSON (%s)" % (what, e),
                          cmd, rc, out, err)
                 return
             why = json_contains(actual, case["matchJSON"])
             if why:
-                fail.add("verifyCmd: JSON mismatch, " + why,
+                fail.add("%s: JSON mismatch, %s" % (what, why),
                          cmd, rc, out, err)
+
+    def verify(self, command, fail):
+        """Runs a verify command, which must succeed for its output to
+        mean anything (a count of 0 matches is no proof otherwise)."""
+        cmd, rc, out, err = self.sh(command)
+        if rc != 0:
+            fail.add("verify command failed (expected exit code 0)",
+                     cmd, rc, out, err)
+        return cmd, rc, out, err
 
 
 def load_cases(files):
