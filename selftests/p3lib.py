@@ -118,6 +118,18 @@ def topology(ipv6=True):
         sh(f"ip link set {dev} up", ns=ns)
         sh("ip link set lo up", ns=ns)
         # Segmentation offloads stay on: p3 must pace GSO packets whole.
+    # Static neighbours: no ARP/ND packet ever waits in (or pollutes the
+    # counters of) the qdisc under test, and no datagram is held back in a
+    # neighbour queue while its address resolves.
+    macs = {ns: json.loads(sh(f"ip -j link show {dev}", ns=ns))[0]["address"]
+            for ns, dev in ((SND, SDEV), (RCV, RDEV))}
+    for ns, dev, peer, a, a6 in ((SND, SDEV, RCV, RADDR, RADDR6),
+                                 (RCV, RDEV, SND, SADDR, SADDR6)):
+        sh(f"ip neigh replace {a} lladdr {macs[peer]} dev {dev} nud permanent",
+           ns=ns)
+        if ipv6:
+            sh(f"ip neigh replace {a6} lladdr {macs[peer]} dev {dev} "
+               "nud permanent", ns=ns)
     # veth hands each packet to the backlog of the CPU that sent it, and two
     # CPUs drain their backlogs independently: that alone reorders a flow
     # after the qdisc.  Steering all receive work to one CPU (as RSS keeps
