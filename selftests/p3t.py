@@ -30,6 +30,7 @@ MAGIC = b"P3T1"
 # Datagram header: group, sequence number.
 DGRAM = struct.Struct("!BI")
 BIN = 0.1  # seconds per receive-rate bin
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # not in Python 3.11
 
 
 def tag_socket(sock, tag):
@@ -219,7 +220,7 @@ def cmd_udp(args):
     if args.sndbuf:
         # Queued datagrams count against the socket's send buffer, so by
         # default one socket cannot hold more than ~100 in the qdisc.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUFFORCE, args.sndbuf)
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, args.sndbuf)
     tags = args.tags.split(",")
     pad = b"\0" * max(0, args.size - DGRAM.size)
     interval = 1.0 / args.pps if args.pps else 0
