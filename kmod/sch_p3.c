@@ -479,12 +479,14 @@ static u32 p3_drop_from(struct Qdisc *sch, u8 band, struct sk_buff **to_free)
 	return len;
 }
 
-/* Which limit admitting @truesize more bytes would break, if any. */
-static u64 *p3_overlimit(struct Qdisc *sch, u32 truesize)
+/* Which limit admitting @pkts more packets of @truesize bytes in all would
+ * break, if any.
+ */
+static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 
-	if (sch->q.qlen >= sch->limit)
+	if (sch->q.qlen + pkts > sch->limit)
 		return &q->stats.drops_limit;
 	if (q->cfg.memory && q->memory_usage + truesize > q->cfg.memory)
 		return &q->stats.drops_memory;
@@ -518,7 +520,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 
 	/* Overflow never costs a band more urgent than this packet's. */
 	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
-	while ((cause = p3_overlimit(sch, skb->truesize))) {
+	while ((cause = p3_overlimit(sch, 1, skb->truesize))) {
 		(*cause)++;
 		victim = p3_least_urgent(q);
 		if (victim < serve) {
@@ -760,7 +762,7 @@ static void p3_config_commit(struct Qdisc *sch, const struct p3_config *cfg,
 	q->cfg = *cfg;
 	sch->limit = cfg->limit;
 
-	while (q->active && (cause = p3_overlimit(sch, 0))) {
+	while (q->active && (cause = p3_overlimit(sch, 0, 0))) {
 		(*cause)++;
 		pushed_len += p3_drop_from(sch, p3_least_urgent(q), to_free);
 		pushed++;
