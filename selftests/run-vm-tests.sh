@@ -12,8 +12,8 @@ run() {
 	"$@" || rc=1
 }
 
-run python3 selftests/tdc.py -f selftests/tc-tests/*.json
-run python3 selftests/p3_traffic.py --prefix "$kernel: "
+run /usr/bin/python3 selftests/tdc.py -f selftests/tc-tests/*.json
+run /usr/bin/python3 selftests/p3_traffic.py --prefix "$kernel: "
 if [ -x userlib/tests/vm_integration.sh ]; then
 	run userlib/tests/vm_integration.sh
 fi
