@@ -1,0 +1,983 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Netlink fuzzer of the p3 qdisc, run as root inside the selftest VM.
+
+Sends random and mutated RTM_NEWQDISC, RTM_DELQDISC, RTM_NEWTCLASS,
+RTM_DELTCLASS and RTM_GETTCLASS requests (TCA_KIND "p3", TCA_OPTIONS
+nests built from p3's policy, then broken: out-of-range values, wrong
+lengths, duplicate, unknown and rejected attributes, stray and missing
+NLA_F_NESTED, truncated attributes, nests and messages, bad envelopes)
+over a raw NETLINK_ROUTE socket with NETLINK_EXT_ACK, to a p3 qdisc at
+the root, under tbf and under htb, while TCP and UDP flows go through it.
+
+Checks, in numbers:
+  - the kernel logs no report (KASAN, UBSAN, lockdep, WARN, BUG, ...);
+  - no request that sets a p3 option out of its range is accepted, and a
+    refused change leaves the configuration as it was (re-read and
+    compared for a sample of refusals);
+  - an accepted valid change reads back as sent;
+  - every refused request that reached the p3 qdisc (a well-formed
+    envelope) carries an extack message; refusals without one are
+    counted by shape, with whether the core or p3 refused them;
+  - after each phase the qdisc still carries traffic: every datagram of
+    an urgent burst arrives, and the bulk TCP flows still deliver.
+
+  selftests/vm-run -- selftests/p3_nlfuzz.py [-n REQUESTS] [--seed S]
+      [--phases root,tbf,htb] [--no-traffic] [--prefix P]
+
+The default of 20,000 requests fits `make check`; the 100,000 of
+check-debug are `-n 100000`. p3_churn.py and p3_faults.py import the
+netlink, namespace and kernel-report helpers from here.
+"""
+import argparse
+import collections
+import ctypes
+import errno
+import os
+import random
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+from p3lib import (PORT, RADDR, SDEV, SND, Sink, Tap, p3t, sh, tc,
+                   tcp_rate, teardown, topology)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# --- netlink ---------------------------------------------------------
+
+NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE = 1, 2, 3
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
+RTM_NAMES = {RTM_NEWQDISC: "NEWQDISC", RTM_DELQDISC: "DELQDISC",
+             RTM_GETQDISC: "GETQDISC", RTM_NEWTCLASS: "NEWTCLASS",
+             RTM_DELTCLASS: "DELTCLASS", RTM_GETTCLASS: "GETTCLASS"}
+
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_ECHO = 0x1, 0x4, 0x8
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+NLM_F_DUMP = 0x300
+NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200
+NLA_F_NESTED, NLA_F_NET_BYTEORDER = 0x8000, 0x4000
+NLA_TYPE_MASK = 0x3fff
+SOL_NETLINK, NETLINK_EXT_ACK = 270, 11
+NLMSGERR_ATTR_MSG, NLMSGERR_ATTR_OFFS = 1, 2
+
+TCA_KIND, TCA_OPTIONS, TCA_STATS, TCA_XSTATS, TCA_RATE = 1, 2, 3, 4, 5
+TCA_STAB, TCA_INGRESS_BLOCK, TCA_EGRESS_BLOCK = 8, 13, 14
+TCA_STATS2, TCA_STATS_APP = 7, 4
+TC_H_ROOT, TC_H_INGRESS = 0xFFFFFFFF, 0xFFFFFFF1
+
+HDR = struct.Struct("=IHHII")
+TCMSG = struct.Struct("=BxxxiIII")
+NLA = struct.Struct("=HH")
+
+# TCA_P3_*, from include/uapi/linux/pkt_sched_p3.h: type -> (name, size,
+# [valid values or (lo, hi)]).
+P3_BANDS, P3_DEFAULT, P3_TAG, P3_LIMIT = 1, 2, 3, 4
+P3_MEMORY, P3_QUANTUM, P3_RATE, P3_PAD = 5, 6, 7, 8
+P3_MAX = 8
+P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
+             P3_TAG: ("tag", 1), P3_LIMIT: ("limit", 4),
+             P3_MEMORY: ("memory", 4), P3_QUANTUM: ("quantum", 4),
+             P3_RATE: ("rate", 8)}
+FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
+
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def nla(atype, payload, pad=True):
+    data = NLA.pack(NLA.size + len(payload), atype) + payload
+    return data + b"\0" * (-len(data) % 4 if pad else 0)
+
+
+def parse_attrs(buf):
+    off = 0
+    while off + NLA.size <= len(buf):
+        alen, atype = NLA.unpack_from(buf, off)
+        if alen < NLA.size or off + alen > len(buf):
+            return
+        yield atype, buf[off + NLA.size:off + alen]
+        off += (alen + 3) & ~3
+
+
+class in_netns:
+    """Context manager: the calling thread enters network namespace @ns
+    (ip netns add's name) and comes back on exit. Sockets made inside
+    stay in @ns."""
+
+    def __init__(self, ns):
+        self.ns = ns
+
+    def _setns(self, fd):
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "setns: " + os.strerror(e))
+
+    def __enter__(self):
+        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        fd = os.open(f"/run/netns/{self.ns}", os.O_RDONLY)
+        try:
+            self._setns(fd)
+        finally:
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self._setns(self.home)
+        finally:
+            os.close(self.home)
+
+
+class Reply:
+    """What the kernel answered to one request."""
+    __slots__ = ("err", "msg", "offs", "msgs", "acked")
+
+    def __init__(self):
+        self.err, self.msg, self.offs = None, None, None
+        self.msgs = []          # (type, payload) of non-error replies
+        self.acked = False      # an NLMSG_ERROR or NLMSG_DONE came
+
+
+class Rtnl:
+    """A raw NETLINK_ROUTE socket with extended acks, in namespace @ns."""
+
+    def __init__(self, ns=None):
+        if ns:
+            with in_netns(ns):
+                self._open()
+                self.lo = socket.if_nametoindex("lo")
+        else:
+            self._open()
+        self.seq = int(time.time()) & 0xffffff
+
+    def _open(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((0, 0))
+        self.sock.settimeout(10)
+
+    def close(self):
+        self.sock.close()
+
+    def request(self, mtype, flags, body, raw_len=None, sentinel=False):
+        """Sends one message and collects its replies. @raw_len overrides
+        nlmsg_len (a lying header). With @sentinel (or without NLM_F_ACK),
+        a NOOP with an ack request follows, so that a request the core
+        drops without a word still ends the wait."""
+        self.seq = (self.seq + 1) & 0xffffffff
+        seq = self.seq
+        mlen = HDR.size + len(body) if raw_len is None else raw_len
+        self.sock.send(HDR.pack(mlen, mtype, flags, seq, 0) + body)
+        guard = None
+        if sentinel or not flags & NLM_F_ACK or not flags & NLM_F_REQUEST:
+            self.seq = (self.seq + 1) & 0xffffffff
+            guard = self.seq
+            self.sock.send(HDR.pack(HDR.size, NLMSG_NOOP,
+                                    NLM_F_REQUEST | NLM_F_ACK, guard, 0))
+        rep = Reply()
+        while True:
+            data = self.sock.recv(1 << 20)
+            off = 0
+            while off + HDR.size <= len(data):
+                ln, t, fl, s, _ = HDR.unpack_from(data, off)
+                if ln < HDR.size:
+                    break
+                payload = data[off + HDR.size:off + ln]
+                off += (ln + 3) & ~3
+                if s == guard and t == NLMSG_ERROR:
+                    return rep
+                if s != seq:
+                    continue
+                if t == NLMSG_ERROR:
+                    self._error(rep, fl, payload)
+                    if guard is None:
+                        return rep
+                elif t == NLMSG_DONE:
+                    rep.acked = True
+                    rep.err = -struct.unpack_from("=i", payload)[0] \
+                        if len(payload) >= 4 else 0
+                    self._tlvs(rep, payload[4:])
+                    if guard is None:
+                        return rep
+                else:
+                    rep.msgs.append((t, payload))
+
+    def _error(self, rep, flags, payload):
+        rep.acked = True
+        rep.err = -struct.unpack_from("=i", payload)[0]
+        if flags & NLM_F_ACK_TLVS:
+            echoed = HDR.size if flags & NLM_F_CAPPED else \
+                HDR.unpack_from(payload, 4)[0]
+            self._tlvs(rep, payload[4 + ((echoed + 3) & ~3):])
+
+    @staticmethod
+    def _tlvs(rep, buf):
+        for atype, data in parse_attrs(buf):
+            if atype == NLMSGERR_ATTR_MSG:
+                rep.msg = data.rstrip(b"\0").decode(errors="replace")
+            elif atype == NLMSGERR_ATTR_OFFS and len(data) == 4:
+                rep.offs = struct.unpack("=I", data)[0]
+
+    def qdiscs(self, ifindex):
+        """Every qdisc of @ifindex: [{handle, parent, kind, options,
+        xstats}], p3's options decoded."""
+        rep = self.request(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
+                           TCMSG.pack(0, ifindex, 0, 0, 0))
+        out = []
+        for t, payload in rep.msgs:
+            if t != RTM_NEWQDISC:
+                continue
+            _, idx, handle, parent, _ = TCMSG.unpack_from(payload)
+            if idx != ifindex:
+                continue
+            q = {"handle": handle, "parent": parent, "kind": None,
+                 "options": None, "xstats": None}
+            for atype, data in parse_attrs(payload[TCMSG.size:]):
+                atype &= NLA_TYPE_MASK
+                if atype == TCA_KIND:
+                    q["kind"] = data.rstrip(b"\0").decode()
+                elif atype == TCA_OPTIONS:
+                    q["options"] = data
+                elif atype == TCA_STATS2:
+                    for st, sd in parse_attrs(data):
+                        if st & NLA_TYPE_MASK == TCA_STATS_APP:
+                            q["xstats"] = sd
+            if q["kind"] == "p3" and q["options"] is not None:
+                q["options"] = decode_p3(q["options"])
+            out.append(q)
+        return out
+
+    def p3_at(self, ifindex, handle):
+        for q in self.qdiscs(ifindex):
+            if q["kind"] == "p3" and q["handle"] == handle:
+                return q
+        return None
+
+
+def decode_p3(opts):
+    out = {}
+    for atype, data in parse_attrs(opts):
+        name, size = P3_POLICY.get(atype & NLA_TYPE_MASK, (None, None))
+        if name and len(data) == size:
+            out[name] = struct.unpack(FMT[size], data)[0]
+    return out
+
+
+XSTATS = struct.Struct("=IIQQQQQQQQQ")
+XSTATS_NAMES = ("flows", "flows_active", "flows_created", "flows_gc",
+                "preemptions", "boosts", "untagged", "drops_limit",
+                "drops_memory", "drops_alloc", "throttled")
+
+
+def decode_xstats(data):
+    data = (data or b"") + b"\0" * max(0, XSTATS.size - len(data or b""))
+    return dict(zip(XSTATS_NAMES, XSTATS.unpack_from(data)))
+
+
+def fmt_handle(h):
+    if h == TC_H_ROOT:
+        return "root"
+    return "%x:%x" % (h >> 16, h & 0xffff)
+
+
+# --- kernel reports --------------------------------------------------
+
+REPORT = re.compile(
+    r"WARNING:|BUG:|Oops|KASAN|UBSAN|kernel BUG|general protection|"
+    r"Call Trace|ODEBUG|possible circular locking|inconsistent lock state|"
+    r"possible recursive locking|suspicious RCU usage|INFO: task|"
+    r"rcu: INFO|self-detected stall|watchdog: BUG|"
+    r"kmemleak: \d+ new suspected|unreferenced object|"
+    r"Unable to handle|list_(add|del) corruption|refcount_t:|"
+    r"leaked reference|slab error|Redzone|Poison overwritten|"
+    r"Object already free|Freepointer")
+
+
+class KernelReports:
+    """New kernel log lines that are reports, since the last look."""
+
+    def __init__(self):
+        self.seen = len(self._lines())
+
+    @staticmethod
+    def _lines():
+        r = subprocess.run(["dmesg"], stdout=subprocess.PIPE, text=True,
+                           errors="replace")
+        return r.stdout.splitlines()
+
+    def new(self):
+        lines = self._lines()
+        new, self.seen = lines[self.seen:], len(lines)
+        return [ln for ln in new if REPORT.search(ln)]
+
+
+KMEMLEAK = "/sys/kernel/debug/kmemleak"
+
+
+def kmemleak_available():
+    return os.path.exists(KMEMLEAK)
+
+
+def kmemleak_clear():
+    """Forgets every leak suspect so far (boot-time ones included)."""
+    if kmemleak_available():
+        with open(KMEMLEAK, "w") as f:
+            f.write("clear")
+
+
+def kmemleak_scan():
+    """Scans twice (an object must look unreferenced in two scans to be
+    reported) and returns the reports; [] if kmemleak is absent."""
+    if not kmemleak_available():
+        return []
+    for _ in range(2):
+        with open(KMEMLEAK, "w") as f:
+            f.write("scan")
+    with open(KMEMLEAK) as f:
+        text = f.read()
+    return [blk for blk in text.split("unreferenced object") if blk.strip()]
+
+
+def kmemleak_p3(reports):
+    """Leak reports whose backtrace passes through sch_p3 or the qdisc
+    layer (others are boot-time noise of the emulated machine)."""
+    keep = re.compile(r"sch_p3|p3_|qdisc|tcf_|sch_api|cls_api|sch_generic")
+    return ["unreferenced object" + r for r in reports if keep.search(r)]
+
+
+def kernel_is_debug():
+    return os.path.exists("/sys/kernel/debug/failslab") or \
+        kmemleak_available()
+
+
+# --- request generation ----------------------------------------------
+
+def u(size, v):
+    return struct.pack(FMT[size], v & ((1 << (8 * size)) - 1))
+
+
+BAD_VALUES = {
+    P3_BANDS: lambda r: r.choice([0, 1, 65, 66, 100, 128, 255]),
+    P3_TAG: lambda r: r.choice([3, 4, 7, 64, 128, 255]),
+    P3_LIMIT: lambda r: 0,
+    P3_MEMORY: lambda r: r.choice([1, 2, 1500, 4096, 65535]),
+    P3_QUANTUM: lambda r: r.choice([0, 1, 255, (1 << 20) + 1, 1 << 24,
+                                    0xffffffff]),
+}
+
+
+class Target:
+    """Where the p3 under test sits: device, parent, handle."""
+
+    def __init__(self, ifindex, parent, handle, phase):
+        self.ifindex, self.parent, self.handle = ifindex, parent, handle
+        self.phase = phase
+
+
+class Request:
+    __slots__ = ("mtype", "flags", "body", "raw_len", "env", "opt",
+                 "sent", "bad_range", "targeted")
+
+    def __init__(self):
+        self.env = []       # envelope mutations (reach the core, not p3)
+        self.opt = "valid"  # the options mutation
+        self.sent = {}      # p3 options as sent, by name, if well formed
+        self.bad_range = False
+        self.raw_len = None
+        self.targeted = True
+
+
+class Gen:
+    def __init__(self, rng, target):
+        self.r = rng
+        self.t = target
+
+    def valid_opts(self):
+        r = self.r
+        attrs, sent = [], {}
+        bands = None
+        if r.random() < 0.6:
+            bands = r.choice([2, 3, 4, 8, 8, 16, 64, r.randint(2, 64)])
+            attrs.append((P3_BANDS, u(1, bands)))
+            sent["bands"] = bands
+        if r.random() < 0.3:
+            d = r.randrange(bands or 2)
+            attrs.append((P3_DEFAULT, u(1, d)))
+            sent["default"] = d
+        if r.random() < 0.4:
+            v = r.randint(0, 2)
+            attrs.append((P3_TAG, u(1, v)))
+            sent["tag"] = v
+        if r.random() < 0.4:
+            v = r.choice([1, 2, 10, 100, 1000, 10000, r.randint(1, 1 << 20),
+                          0xffffffff])
+            attrs.append((P3_LIMIT, u(4, v)))
+            sent["limit"] = v
+        if r.random() < 0.3:
+            v = r.choice([0, 65536, 1 << 20, 16 << 20, 0xffffffff])
+            attrs.append((P3_MEMORY, u(4, v)))
+            sent["memory"] = v
+        if r.random() < 0.3:
+            v = r.choice([256, 1514, 3028, 65536, 1 << 20,
+                          r.randint(256, 1 << 20)])
+            attrs.append((P3_QUANTUM, u(4, v)))
+            sent["quantum"] = v
+        if r.random() < 0.4:
+            v = r.choice([0, 0, 2500000, 125000, 1 << 30, 1,
+                          0xffffffffffffffff, r.randint(1, 1 << 40)])
+            attrs.append((P3_RATE, u(8, v)))
+            sent["rate"] = v
+        r.shuffle(attrs)
+        return attrs, sent, bands
+
+    def options(self, req):
+        """The TCA_OPTIONS payload and whether its flag is right."""
+        r = self.r
+        attrs, sent, bands = self.valid_opts()
+        attrs = [(t, p, True) for t, p in attrs]   # (type, payload, pad)
+        kind = r.choices(
+            ["valid", "range", "length", "dup", "unknown", "pad", "flags",
+             "trunc_attr", "trunc_nest", "garbage", "empty", "flat",
+             "many"],
+            [30, 14, 10, 6, 8, 3, 5, 6, 4, 4, 3, 4, 3])[0]
+        req.opt = kind
+        nested = True
+        if kind == "range":
+            t = r.choice(list(BAD_VALUES) + [P3_DEFAULT])
+            attrs = [a for a in attrs if a[0] != t]
+            if t == P3_DEFAULT:
+                b = bands or r.choice([2, 8, 64])
+                attrs = [a for a in attrs if a[0] != P3_BANDS]
+                attrs.append((P3_BANDS, u(1, b), True))
+                attrs.append((P3_DEFAULT, u(1, r.randint(b, 255)), True))
+            else:
+                size = P3_POLICY[t][1]
+                attrs.append((t, u(size, BAD_VALUES[t](r)), True))
+            r.shuffle(attrs)
+            req.bad_range = True
+            sent = {}
+        elif kind == "length":
+            t = r.choice(list(P3_POLICY) + [P3_PAD])
+            size = P3_POLICY.get(t, ("pad", 8))[1]
+            n = r.choice([x for x in (0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 16)
+                          if x != size])
+            attrs.append((t, bytes(r.getrandbits(8) for _ in range(n)),
+                          True))
+            sent = {}
+        elif kind == "dup":
+            if not attrs:
+                attrs = [(P3_BANDS, u(1, 8), True)]
+            attrs.append(r.choice(attrs))
+            if r.random() < 0.5:
+                t = r.choice(list(P3_POLICY))
+                attrs.append((t, u(P3_POLICY[t][1], r.getrandbits(32)),
+                              True))
+            sent = {}
+        elif kind == "unknown":
+            t = r.choice([0, P3_MAX + 1, P3_MAX + 2, 31, 255, 0x3fff,
+                          r.randint(9, 0x3fff)])
+            attrs.insert(r.randrange(len(attrs) + 1),
+                         (t, u(4, r.getrandbits(32)), True))
+            sent = {}
+        elif kind == "pad":
+            attrs.insert(r.randrange(len(attrs) + 1),
+                         (P3_PAD, u(8, 0), True))
+            sent = {}
+        elif kind == "flags":
+            if not attrs:
+                attrs = [(P3_LIMIT, u(4, 100), True)]
+            i = r.randrange(len(attrs))
+            t, p, pad = attrs[i]
+            attrs[i] = (t | r.choice([NLA_F_NESTED, NLA_F_NET_BYTEORDER,
+                                      NLA_F_NESTED | NLA_F_NET_BYTEORDER]),
+                        p, pad)
+            sent = {}
+        elif kind == "flat":
+            nested = False
+            sent = {}
+        payload = b"".join(nla(t, p) for t, p, _ in attrs)
+        if kind == "trunc_attr":
+            # The last attribute claims more (or less) than there is.
+            tail = nla(P3_LIMIT, u(4, 5))
+            claim = r.choice([0, 1, 3, 5, 9, 200, 0xffff])
+            payload += struct.pack("=HH", claim, P3_LIMIT) + tail[4:]
+            payload = payload[:len(payload) - r.randint(0, 6)]
+            sent = {}
+        elif kind == "garbage":
+            payload = bytes(r.getrandbits(8)
+                            for _ in range(r.randint(1, 64)))
+            sent = {}
+        elif kind == "empty":
+            payload = b""
+        elif kind == "many":
+            # Every attribute, several times, up to a large nest.
+            many = []
+            for _ in range(r.randint(20, 200)):
+                t = r.choice(list(P3_POLICY))
+                many.append(nla(t, u(P3_POLICY[t][1], r.getrandbits(64))))
+            payload = b"".join(many)
+            sent = {}
+        req.sent = sent
+        return payload, nested
+
+    def tcmsg(self, req, default_parent, default_handle):
+        r = self.r
+        t = self.t
+        ifindex, parent, handle = t.ifindex, default_parent, default_handle
+        x = r.random()
+        if x < 0.03:
+            ifindex = r.choice([0, -1, 9999, r.getrandbits(31)])
+            req.env.append("ifindex")
+        elif x < 0.05:
+            ifindex = self.lo
+            req.env.append("ifindex=lo")
+        x = r.random()
+        if x < 0.08:
+            parent = r.choice([TC_H_ROOT, 0, TC_H_INGRESS, t.handle,
+                               t.handle | r.randint(1, 70),
+                               r.getrandbits(32), 0x10000 | r.randint(0, 9)])
+            req.env.append("parent")
+        x = r.random()
+        if x < 0.08:
+            handle = r.choice([0, TC_H_ROOT, t.handle | r.randint(1, 0xffff),
+                               r.getrandbits(16) << 16, r.getrandbits(32),
+                               0x10000, 0x100000])
+            req.env.append("handle")
+        if req.env:
+            req.targeted = False
+        return TCMSG.pack(0, ifindex, handle, parent, 0)
+
+    def kind_attr(self, req):
+        r = self.r
+        x = r.random()
+        if x < 0.94:
+            return nla(TCA_KIND, b"p3\0")
+        req.targeted = False
+        choice = r.choice(["none", "nonul", "other", "long", "empty",
+                           "junk"])
+        req.env.append("kind:" + choice)
+        return {"none": b"",
+                "nonul": nla(TCA_KIND, b"p3"),
+                "other": nla(TCA_KIND, r.choice([b"tbf\0", b"pfifo\0",
+                                                 b"htb\0", b"p33\0",
+                                                 b"noqueue\0"])),
+                "long": nla(TCA_KIND, b"p3" * 20 + b"\0"),
+                "empty": nla(TCA_KIND, b"\0"),
+                "junk": nla(TCA_KIND, b"p3\0\xff\xfe")}[choice]
+
+    def extra_top(self, req):
+        """Rarely, another top-level TCA_* attribute."""
+        r = self.r
+        if r.random() > 0.04:
+            return b""
+        req.targeted = False
+        which = r.choice(["rate", "stab", "eblock", "iblock", "unknown",
+                          "xstats"])
+        req.env.append("top:" + which)
+        return {"rate": nla(TCA_RATE, bytes([r.randint(0, 255),
+                                             r.randint(0, 255)])),
+                "stab": nla(TCA_STAB | NLA_F_NESTED,
+                            nla(1, bytes(r.getrandbits(8)
+                                         for _ in range(r.randint(0, 20))))),
+                "eblock": nla(TCA_EGRESS_BLOCK, u(4, r.randint(0, 5))),
+                "iblock": nla(TCA_INGRESS_BLOCK, u(4, r.randint(0, 5))),
+                "unknown": nla(r.randint(17, 200), u(4, 7)),
+                "xstats": nla(TCA_XSTATS, b"\0" * 8)}[which]
+
+    def make(self):
+        r = self.r
+        t = self.t
+        req = Request()
+        op = r.choices(["new", "del", "newclass", "delclass", "getclass",
+                        "dumpclass"], [70, 7, 7, 3, 8, 5])[0]
+        if op == "new":
+            req.mtype = RTM_NEWQDISC
+            how, flags = r.choices(
+                [("change", 0), ("replace", NLM_F_CREATE | NLM_F_REPLACE),
+                 ("add", NLM_F_CREATE | NLM_F_EXCL),
+                 ("create", NLM_F_CREATE), ("replace-nocreate",
+                                            NLM_F_REPLACE)],
+                [45, 30, 12, 8, 5])[0]
+            req.opt = how
+            body = self.tcmsg(req, t.parent, t.handle)
+            body += self.kind_attr(req)
+            if r.random() < 0.95:
+                payload, nested = self.options(req)
+                req.opt = how + "/" + req.opt
+                body += nla(TCA_OPTIONS | (NLA_F_NESTED if nested else 0),
+                            payload)
+            else:
+                req.opt = how + "/no-options"
+            body += self.extra_top(req)
+        elif op == "del":
+            req.mtype, flags = RTM_DELQDISC, 0
+            req.opt = "del"
+            body = self.tcmsg(req, t.parent, t.handle)
+            if r.random() < 0.5:
+                body += self.kind_attr(req)
+        else:
+            req.mtype = {"newclass": RTM_NEWTCLASS,
+                         "delclass": RTM_DELTCLASS,
+                         "getclass": RTM_GETTCLASS,
+                         "dumpclass": RTM_GETTCLASS}[op]
+            flags = {"newclass": r.choice([0, NLM_F_CREATE,
+                                           NLM_F_CREATE | NLM_F_EXCL]),
+                     "dumpclass": NLM_F_DUMP}.get(op, 0)
+            req.opt = op
+            cl = t.handle | r.choice([0, 1, 2, 7, 8, 64, 65, 0xffff,
+                                      r.randint(1, 70)])
+            body = self.tcmsg(req, r.choice([t.handle, 0, TC_H_ROOT]), cl)
+            if op != "dumpclass":
+                body += self.kind_attr(req)
+                if r.random() < 0.5:
+                    payload, nested = self.options(req)
+                    body += nla(TCA_OPTIONS | (NLA_F_NESTED if nested
+                                               else 0), payload)
+            req.targeted = False
+        flags |= NLM_F_REQUEST | NLM_F_ACK
+        x = r.random()
+        if x < 0.01:
+            flags &= ~NLM_F_ACK
+            req.env.append("no-ack")
+        elif x < 0.02:
+            flags &= ~NLM_F_REQUEST
+            req.env.append("no-request")
+            req.targeted = False
+        elif x < 0.03:
+            flags |= NLM_F_ECHO
+            req.env.append("echo")
+        x = r.random()
+        if x < 0.02:
+            # Truncated message: cut inside the tcmsg or an attribute,
+            # or a header claiming more (or less) than was sent.
+            cut = r.choice(["short", "body", "liar"])
+            req.env.append("msg:" + cut)
+            req.targeted = False
+            if cut == "short":
+                body = body[:r.randint(0, TCMSG.size - 1)]
+            elif cut == "body":
+                body = body[:r.randint(TCMSG.size, max(TCMSG.size,
+                                                       len(body) - 1))]
+            else:
+                req.raw_len = HDR.size + len(body) + r.choice(
+                    [-3, -1, 1, 4, 100, -len(body) - HDR.size + 4])
+        req.flags = flags
+        req.body = body
+        return req
+
+
+# --- the run ---------------------------------------------------------
+
+P3_MESSAGES = None
+WARNINGS = {"bytes leftover after parsing attributes"}
+
+
+def p3_messages():
+    """Error strings the p3 module itself can send, from its source."""
+    global P3_MESSAGES
+    if P3_MESSAGES is None:
+        P3_MESSAGES = set()
+        path = os.path.join(HERE, "..", "kmod", "sch_p3.c")
+        try:
+            src = open(path).read()
+        except OSError:
+            src = ""
+        src = re.sub(r'"\s*\n\s*"', "", src)
+        for m in re.finditer(r'(?:NL_SET_ERR_MSG\w*\([^"]*|reject_message'
+                             r'\s*=\s*)"([^"]+)"', src):
+            P3_MESSAGES.add(m.group(1))
+    return P3_MESSAGES
+
+
+PHASES = {
+    "root": (["qdisc replace dev {d} root handle 1: p3 bands 8 rate 20mbit"],
+             TC_H_ROOT, 0x10000, None),
+    "tbf": (["qdisc add dev {d} root handle 1: tbf rate 20mbit burst 32k "
+             "latency 100ms",
+             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8"],
+            0x10001, 0x100000, "tbf"),
+    "htb": (["qdisc add dev {d} root handle 1: htb default 1",
+             "class add dev {d} parent 1: classid 1:1 htb rate 20mbit "
+             "ceil 20mbit",
+             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8"],
+            0x10001, 0x100000, "htb"),
+}
+
+
+def setup_phase(name):
+    cmds, _, _, _ = PHASES[name]
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    for c in cmds:
+        tc(c.format(d=SDEV))
+
+
+def phase_intact(nl, ifindex, name):
+    _, parent, handle, root_kind = PHASES[name]
+    qs = nl.qdiscs(ifindex)
+    if root_kind and not any(q["kind"] == root_kind and
+                             q["parent"] == TC_H_ROOT for q in qs):
+        return False
+    return any(q["kind"] == "p3" and q["handle"] == handle and
+               q["parent"] == parent for q in qs)
+
+
+class Stats:
+    def __init__(self):
+        self.requests = self.accepted = self.rejected = 0
+        self.no_reply = 0
+        self.with_msg = 0
+        self.no_msg = collections.Counter()      # shape -> count
+        self.no_msg_p3 = collections.Counter()   # targeted ones
+        self.messages = collections.Counter()    # (errno, msg) -> count
+        self.by_op = collections.Counter()
+        self.bad_accepted = []
+        self.config_changed = []
+        self.readback = []
+        self.verified = 0
+        self.intact_restores = 0
+
+    def shape(self, req, rep):
+        env = ",".join(req.env) or "-"
+        return (f"{RTM_NAMES.get(req.mtype, req.mtype)} {req.opt} "
+                f"env={env} -> {errno.errorcode.get(rep.err, rep.err)}")
+
+
+def fuzz_phase(args, name, rng, nl, ifindex):
+    _, parent, handle, _ = PHASES[name]
+    setup_phase(name)
+    target = Target(ifindex, parent, handle, name)
+    gen = Gen(rng, target)
+    gen.lo = nl.lo
+    n = args.requests // len(args.phases)
+    ph = Stats()
+    t0 = time.monotonic()
+    last = nl.p3_at(ifindex, handle)
+    step = max(1, n // 10)
+    for i in range(n):
+        if i % 250 == 0 and not phase_intact(nl, ifindex, name):
+            setup_phase(name)
+            ph.intact_restores += 1
+            last = nl.p3_at(ifindex, handle)
+        req = gen.make()
+        try:
+            rep = nl.request(req.mtype, req.flags, req.body,
+                             raw_len=req.raw_len,
+                             sentinel=req.raw_len is not None or
+                             "msg:body" in req.env or
+                             req.flags & NLM_F_DUMP == NLM_F_DUMP)
+        except socket.timeout:
+            ph.no_reply += 1
+            ph.no_msg["timeout " + ",".join(req.env)] += 1
+            continue
+        ph.requests += 1
+        ph.by_op[RTM_NAMES.get(req.mtype)] += 1
+        if not rep.acked:
+            ph.no_reply += 1
+            continue
+        if rep.err == 0:
+            ph.accepted += 1
+            if req.mtype == RTM_NEWQDISC and req.bad_range:
+                ph.bad_accepted.append(req.body.hex())
+            if req.mtype in (RTM_NEWQDISC, RTM_DELQDISC):
+                now = nl.p3_at(ifindex, handle)
+                if req.mtype == RTM_NEWQDISC and req.targeted and \
+                        req.sent and now is not None:
+                    ph.verified += 1
+                    diff = {k: (v, now["options"].get(k))
+                            for k, v in req.sent.items()
+                            if now["options"].get(k) != v}
+                    if diff:
+                        ph.readback.append(f"{req.opt}: {diff}")
+                last = now
+            continue
+        ph.rejected += 1
+        shape = ph.shape(req, rep)
+        # The attribute parser leaves this warning in the extack even
+        # when a later check fails without a message of its own.
+        if rep.msg and rep.msg not in WARNINGS:
+            ph.with_msg += 1
+            ph.messages[(rep.err, rep.msg)] += 1
+        else:
+            ph.no_msg[shape] += 1
+            if req.targeted and req.mtype in (RTM_NEWQDISC, RTM_DELQDISC):
+                ph.no_msg_p3[shape] += 1
+        # A refused request must leave the p3 exactly as it was.
+        if req.mtype == RTM_NEWQDISC and rng.random() < args.verify:
+            now = nl.p3_at(ifindex, handle)
+            if (now and now["options"]) != (last and last["options"]):
+                ph.config_changed.append(
+                    f"{shape}: {last and last['options']} -> "
+                    f"{now and now['options']}")
+                last = now
+        if (i + 1) % step == 0 or i + 1 == n:
+            el = time.monotonic() - t0
+            print(f"# nlfuzz {name}: {i + 1}/{n} requests in {el:.0f} s "
+                  f"({(i + 1) / el:.0f}/s), {ph.accepted} accepted, "
+                  f"{ph.rejected} refused ({ph.with_msg} with extack)",
+                  flush=True)
+    ph.seconds = time.monotonic() - t0
+    return ph
+
+
+def traffic_check(nl, ifindex, name, group):
+    """Puts a known-good p3 back where the phase had it, then sends an
+    urgent UDP burst (group @group) and a fresh TCP flow (group @group +
+    100) through it. Returns (t_start, t_end) for the sink."""
+    _, parent, handle, _ = PHASES[name]
+    if not phase_intact(nl, ifindex, name):
+        setup_phase(name)
+    where = "root" if parent == TC_H_ROOT else f"parent {fmt_handle(parent)}"
+    good = "bands 8 rate 20mbit" if parent == TC_H_ROOT else "bands 8"
+    tc(f"qdisc replace dev {SDEV} {where} handle {fmt_handle(handle)} "
+       f"p3 {good}")
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "200", "--pps",
+         "400", "--tags", "prio:1", "--group", str(group)])
+    p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "1", "--seconds",
+         "2", "--tag", "prio:2", "--group", str(group + 100)])
+    time.sleep(1.0)
+    return t0, time.monotonic()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--requests", type=int, default=20000,
+                    help="requests in all, split among the phases")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--phases", default="root,tbf,htb")
+    ap.add_argument("--verify", type=float, default=0.1,
+                    help="fraction of refused changes whose config is "
+                    "re-read")
+    ap.add_argument("--no-traffic", action="store_true")
+    ap.add_argument("--prefix", default="")
+    args = ap.parse_args()
+    args.phases = args.phases.split(",")
+    seed = args.seed if args.seed is not None else \
+        int.from_bytes(os.urandom(4), "little")
+    rng = random.Random(seed)
+    tap = Tap(args.prefix)
+    print(f"# nlfuzz: seed {seed}, {args.requests} requests over phases "
+          f"{', '.join(args.phases)}; kernel {os.uname().release}",
+          flush=True)
+    sh("modprobe sch_p3")
+    klog = KernelReports()
+    topology()
+    nl = Rtnl(SND)
+    with in_netns(SND):
+        ifindex = socket.if_nametoindex(SDEV)
+    flows, sink = [], None
+    if not args.no_traffic:
+        sink = Sink()
+        flows = [
+            p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "2",
+                 "--seconds", "100000", "--tag", "prio:8", "--group", "1"],
+                wait=False),
+            p3t(["udp", RADDR, "--port", str(PORT), "--count", "100000000",
+                 "--pps", "200", "--tags", "prio:1,prio:8",
+                 "--switch-every", "5", "--group", "2"], wait=False),
+            p3t(["udp", RADDR, "--port", str(PORT), "--count", "100000000",
+                 "--pps", "100", "--size", "1000", "--tags", "tos:12",
+                 "--group", "3"], wait=False),
+        ]
+    total = Stats()
+    windows = {}
+    try:
+        for k, name in enumerate(args.phases):
+            ph = fuzz_phase(args, name, rng, nl, ifindex)
+            if sink:
+                windows[name] = (100 + k, traffic_check(nl, ifindex, name,
+                                                        100 + k))
+            reports = klog.new()
+            diag = [f"{ph.requests} requests in {ph.seconds:.0f} s: "
+                    f"{ph.accepted} accepted, {ph.rejected} refused "
+                    f"({ph.with_msg} with extack), {ph.no_reply} without "
+                    f"a reply; {dict(ph.by_op)}; {ph.verified} accepted "
+                    f"changes read back; p3 re-created "
+                    f"{ph.intact_restores} times"]
+            fails = []
+            if reports:
+                fails.append(f"{len(reports)} kernel report lines, first: "
+                             f"{reports[0]}")
+            if ph.bad_accepted:
+                fails.append(f"{len(ph.bad_accepted)} out-of-range "
+                             f"requests accepted, e.g. "
+                             f"{ph.bad_accepted[0]}")
+            if ph.config_changed:
+                fails.append(f"{len(ph.config_changed)} refused requests "
+                             f"changed the config, e.g. "
+                             f"{ph.config_changed[0]}")
+            if ph.readback:
+                fails.append(f"{len(ph.readback)} accepted changes read "
+                             f"back differently, e.g. {ph.readback[0]}")
+            tap.result(not fails, f"nlfuzz {name}: {ph.requests} requests, "
+                       "no kernel report, ranges enforced, refusals change "
+                       "nothing", "\n".join(diag + fails))
+            for attr in ("requests", "accepted", "rejected", "no_reply",
+                         "with_msg", "verified"):
+                setattr(total, attr, getattr(total, attr) +
+                        getattr(ph, attr))
+            total.no_msg.update(ph.no_msg)
+            total.no_msg_p3.update(ph.no_msg_p3)
+            total.messages.update(ph.messages)
+    finally:
+        for p in flows:
+            p.terminate()
+        for p in flows:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        rep = sink.stop() if sink else None
+        nl.close()
+        teardown()
+
+    # Extack coverage.
+    p3msgs = p3_messages()
+    lines = [f"{total.rejected} refused, {total.with_msg} with an extack "
+             f"message ({100.0 * total.with_msg / max(1, total.rejected):.1f}"
+             f"%), {sum(total.no_msg.values())} without"]
+    lines.append("messages (origin, errno, count):")
+    for (err, msg), c in total.messages.most_common():
+        origin = "p3" if msg in p3msgs else "core"
+        lines.append(f"  {origin:4} {errno.errorcode.get(err, err):10} "
+                     f"{c:7}  {msg}")
+    lines.append("refusals without a message, by shape (all from the core "
+                 "unless marked p3-path):")
+    for shape, c in total.no_msg.most_common(40):
+        mark = " p3-path" if shape in total.no_msg_p3 else ""
+        lines.append(f"  {c:7}  {shape}{mark}")
+    if len(total.no_msg) > 40:
+        lines.append(f"  ... {len(total.no_msg) - 40} more shapes")
+    tap.result(not total.no_msg_p3,
+               "nlfuzz: every refusal of a well-formed request to the p3 "
+               "qdisc carries an extack message", "\n".join(lines))
+
+    if rep:
+        for name, (group, (t0, t1)) in windows.items():
+            got = rep["udp"].get(str(group), {}).get("received", 0)
+            fresh = tcp_rate(rep, group + 100, t0, t1)
+            old = tcp_rate(rep, 1, t0, t1)
+            tap.result(got == 200 and fresh > 1e6,
+                       f"nlfuzz {name}: the qdisc still carries traffic "
+                       "after fuzzing",
+                       f"urgent UDP burst {got}/200 received; a new TCP "
+                       f"flow {fresh / 1e6:.2f} Mbit/s; the bulk flows "
+                       f"that lived through the fuzzing {old / 1e6:.2f} "
+                       "Mbit/s")
+    else:
+        tap.skip("nlfuzz: traffic after fuzzing", "--no-traffic")
+    print(f"# nlfuzz: {total.requests} requests, seed {seed}")
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
