@@ -66,7 +66,8 @@ SOL_NETLINK, NETLINK_EXT_ACK = 270, 11
 NLMSGERR_ATTR_MSG, NLMSGERR_ATTR_OFFS = 1, 2
 
 TCA_KIND, TCA_OPTIONS, TCA_STATS, TCA_XSTATS, TCA_RATE = 1, 2, 3, 4, 5
-TCA_STAB, TCA_INGRESS_BLOCK, TCA_EGRESS_BLOCK = 8, 13, 14
+TCA_STAB, TCA_DUMP_INVISIBLE = 8, 10
+TCA_INGRESS_BLOCK, TCA_EGRESS_BLOCK = 13, 14
 TCA_STATS2, TCA_STATS_APP = 7, 4
 TC_H_ROOT, TC_H_INGRESS = 0xFFFFFFFF, 0xFFFFFFF1
 
@@ -224,11 +225,14 @@ class Rtnl:
             elif atype == NLMSGERR_ATTR_OFFS and len(data) == 4:
                 rep.offs = struct.unpack("=I", data)[0]
 
-    def qdiscs(self, ifindex):
+    def qdiscs(self, ifindex, invisible=False):
         """Every qdisc of @ifindex: [{handle, parent, kind, options,
-        xstats}], p3's options decoded."""
-        rep = self.request(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
-                           TCMSG.pack(0, ifindex, 0, 0, 0))
+        xstats}], p3's options decoded. With @invisible, also the default
+        children that classful qdiscs make (tbf's bfifo, htb's pfifo)."""
+        body = TCMSG.pack(0, ifindex, 0, 0, 0)
+        if invisible:
+            body += nla(TCA_DUMP_INVISIBLE, b"")
+        rep = self.request(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, body)
         out = []
         for t, payload in rep.msgs:
             if t != RTM_NEWQDISC:

@@ -1,0 +1,422 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Churn of the p3 qdisc under traffic, run as root inside the selftest VM.
+
+Eight flows send all along (six bulk TCP connections in the least urgent
+band, one UDP flow re-tagged between bands, and an urgent UDP probe whose
+every datagram's arrival the receiver timestamps). Meanwhile:
+
+  cycles   add / change / replace / del of p3, through `tc -batch`, at
+           the root and under tbf, with bands, limits, rates and tag
+           sources varied so that queued packets are folded, pushed out
+           and re-paced;
+  reloads  delete the qdisc, rmmod sch_p3, modprobe, add it back: the
+           flows go through the device's default qdisc meanwhile;
+  flows    short flows: forwarded datagrams each to its own port (a flow
+           per 5-tuple, keyed by hash) and local UDP sockets that send
+           once and close (keyed by socket), while the qdisc is changed
+           now and then; then the garbage collector must give every flow
+           back (xstats `flows`, the p3_flow slab after a shrink).
+
+Checks, in numbers: the kernel logs no report; the probe never stops for
+more than a second around any batch of changes or any reload (the gap
+between two arrivals, measured at the receiver); after the flows, xstats
+counts no flow and the p3_flow slab is back at its baseline; on a debug
+kernel, kmemleak finds nothing that points at sch_p3 or the qdisc layer.
+
+  selftests/vm-run -- selftests/p3_churn.py [--cycles N] [--reloads N]
+      [--flows N] [--socket-flows N] [--prefix P]
+
+The defaults are sized for `make check`; check-debug runs --cycles 1000
+--reloads 100 --flows 100000.
+"""
+import argparse
+import bisect
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from p3lib import (PORT, RADDR, RCV, SDEV, SND, Check, Sink, Tap, p3t, sh,
+                   tc, teardown, topology)
+from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
+                       kmemleak_p3, kmemleak_scan, kmemleak_available, Rtnl)
+
+PROBE_PORT = 5301
+PROBE_PPS = 200
+# A change may hold traffic up this long, no longer.
+MAX_GAP = 1.0
+
+
+class Probe:
+    """An urgent UDP flow from the sender host to the receiver host; the
+    receiver records the CLOCK_MONOTONIC arrival time of every datagram."""
+
+    def __init__(self, pps=PROBE_PPS, tag=1):
+        with in_netns(RCV):
+            self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.rx.bind(("0.0.0.0", PROBE_PORT))
+        with in_netns(SND):
+            self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.tx.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, tag)
+        self.rx.settimeout(0.2)
+        self.arrivals = []
+        self.sent = 0
+        self.interval = 1.0 / pps
+        self.stop = False
+        self.threads = [threading.Thread(target=self._send, daemon=True),
+                        threading.Thread(target=self._recv, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _send(self):
+        nxt = time.monotonic()
+        seq = 0
+        while not self.stop:
+            try:
+                self.tx.sendto(struct.pack("!I", seq) + b"\0" * 60,
+                               (RADDR, PROBE_PORT))
+            except OSError:
+                pass    # a full qdisc or none at all: try the next one
+            seq += 1
+            self.sent = seq
+            nxt += self.interval
+            d = nxt - time.monotonic()
+            if d > 0:
+                time.sleep(d)
+            else:
+                nxt = time.monotonic()
+
+    def _recv(self):
+        while not self.stop:
+            try:
+                self.rx.recv(2048)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.arrivals.append(time.monotonic())
+
+    def max_gap(self, t0, t1):
+        """Longest time without an arrival in [t0, t1 + MAX_GAP], counting
+        from the last arrival before t0."""
+        a = self.arrivals
+        i = max(0, bisect.bisect_left(a, t0) - 1)
+        j = bisect.bisect_right(a, t1 + MAX_GAP)
+        pts = a[i:j]
+        if not pts:
+            return t1 + MAX_GAP - t0
+        gaps = [y - x for x, y in zip(pts, pts[1:])]
+        # Still silent at the end of the window?
+        gaps.append(min(t1 + MAX_GAP, time.monotonic()) - pts[-1])
+        return max(gaps)
+
+    def close(self):
+        self.stop = True
+        for t in self.threads:
+            t.join(timeout=5)
+        self.rx.close()
+        self.tx.close()
+
+
+def tc_batch(lines, ns=SND):
+    """Runs tc -batch (with -force: go on after a failed line) and returns
+    the number of lines that failed and the first errors."""
+    with tempfile.NamedTemporaryFile("w", suffix=".tc", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+        path = f.name
+    try:
+        r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-force",
+                            "-batch", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=600)
+    finally:
+        os.unlink(path)
+    errors = [ln for ln in r.stderr.splitlines()
+              if ln.startswith(("Command failed", "Error", "RTNETLINK"))]
+    return r.returncode, errors
+
+
+P3_OPTS = [
+    "bands 8 rate 20mbit",
+    "bands 4 limit 300 tag priority",
+    "bands 16 rate 30mbit quantum 3028",
+    "bands 2 default 0 limit 50 rate 10mbit",
+    "bands 64 tag dscp memory 1048576",
+    "bands 8 tag mark limit 1000 rate 40mbit",
+]
+
+
+def cycle_lines(i, d=SDEV):
+    """One add/change/replace/del cycle; every third one is under tbf."""
+    o = [P3_OPTS[(i + k) % len(P3_OPTS)] for k in range(3)]
+    if i % 3 == 2:
+        return [
+            f"qdisc add dev {d} root handle 1: tbf rate 20mbit burst 32k "
+            "latency 100ms",
+            f"qdisc add dev {d} parent 1:1 handle 10: p3 {o[0]}",
+            f"qdisc change dev {d} parent 1:1 handle 10: p3 {o[1]}",
+            f"qdisc replace dev {d} parent 1:1 handle 10: p3 {o[2]}",
+            f"qdisc del dev {d} parent 1:1 handle 10:",
+            f"qdisc del dev {d} root",
+        ]
+    return [
+        f"qdisc add dev {d} root handle 1: p3 {o[0]}",
+        f"qdisc change dev {d} root handle 1: p3 {o[1]}",
+        f"qdisc replace dev {d} root handle 1: p3 {o[2]}",
+        f"qdisc del dev {d} root",
+    ]
+
+
+def slab_objects():
+    """Live objects of the p3_flow slab after a shrink (its own cache: the
+    VM boots with slab_nomerge); None without the sysfs file."""
+    base = "/sys/kernel/slab/p3_flow"
+    try:
+        with open(f"{base}/shrink", "w") as f:
+            f.write("1")
+        with open(f"{base}/objects") as f:
+            return int(f.read().split()[0])
+    except OSError:
+        return None
+
+
+def p3_xstats(nl, ifindex):
+    for q in nl.qdiscs(ifindex):
+        if q["kind"] == "p3":
+            return decode_xstats(q["xstats"])
+    return None
+
+
+def test_cycles(args, chk, probe):
+    per = args.batch
+    worst, worst_at, failed, errs = 0.0, None, 0, []
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    t_all = time.monotonic()
+    done = commands = 0
+    while done < args.cycles:
+        n = min(per, args.cycles - done)
+        lines = []
+        for i in range(done, done + n):
+            lines += cycle_lines(i)
+        commands += len(lines)
+        t0 = time.monotonic()
+        rc, e = tc_batch(lines)
+        t1 = time.monotonic()
+        if rc:
+            failed += 1
+            errs += e[:2]
+        gap = probe.max_gap(t0, t1)
+        if gap > worst:
+            worst, worst_at = gap, done
+        done += n
+    # The last window must have closed before its gap can be judged.
+    time.sleep(MAX_GAP)
+    gap = probe.max_gap(t1, t1)
+    worst = max(worst, gap)
+    took = time.monotonic() - t_all
+    chk.note(f"{args.cycles} cycles ({commands} tc commands) in {took:.1f} s"
+             f", batches of {per}; longest "
+             f"probe gap {worst * 1e3:.0f} ms (batch at cycle {worst_at})")
+    chk.expect(failed == 0, f"{failed} batches had failing commands: {errs}")
+    chk.expect(worst <= MAX_GAP,
+               f"the probe stopped for {worst:.2f} s (> {MAX_GAP} s)")
+    return took
+
+
+def test_reloads(args, chk, probe):
+    worst, gaps, fails = 0.0, [], []
+    t_all = time.monotonic()
+    add = f"tc qdisc add dev {SDEV} root handle 1: p3 bands 8 rate 20mbit"
+    for i in range(args.reloads):
+        t0 = time.monotonic()
+        # One shell per cycle: every exec costs under emulation.
+        r = subprocess.run(
+            ["sh", "-c",
+             f"ip netns exec {SND} tc qdisc del dev {SDEV} root 2>/dev/null;"
+             " rmmod sch_p3 && modprobe sch_p3 && "
+             f"ip netns exec {SND} {add}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            timeout=120)
+        t1 = time.monotonic()
+        if r.returncode:
+            fails.append(f"cycle {i}: {r.stdout.strip()}")
+            sh("modprobe sch_p3", check=False)
+        g = probe.max_gap(t0, t1)
+        gaps.append(g)
+        worst = max(worst, g)
+    time.sleep(MAX_GAP)
+    worst = max(worst, probe.max_gap(t1, t1))
+    took = time.monotonic() - t_all
+    gaps.sort()
+    chk.note(f"{args.reloads} unload/reload cycles in {took:.1f} s; probe "
+             f"gap median {gaps[len(gaps) // 2] * 1e3:.0f} ms, "
+             f"max {worst * 1e3:.0f} ms" if gaps else "no reloads")
+    chk.expect(not fails, f"{len(fails)} cycles failed: {fails[:3]}")
+    chk.expect(worst <= MAX_GAP,
+               f"the probe stopped for {worst:.2f} s (> {MAX_GAP} s)")
+    return took
+
+
+def local_flows(count):
+    """@count UDP sockets in the sender host, each sends one datagram and
+    closes: a flow per socket."""
+    code = ("import socket\n"
+            f"for i in range({count}):\n"
+            "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"    s.sendto(b'x' * 32, ('{RADDR}', 9))\n"
+            "    s.close()\n")
+    subprocess.run(["ip", "netns", "exec", SND, sys.executable, "-c", code],
+                   check=True, timeout=1800)
+
+
+def test_short_flows(args, chk, probe, nl, ifindex):
+    sh("ip netns add p3rtr")
+    sh(f"ip link add g0 netns p3rtr type veth peer name g1 netns {SND}")
+    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
+    sh("ip link set g0 up", ns="p3rtr")
+    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
+    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
+    sh("ip link set g1 up", ns=SND)
+    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    # Idle flows of the earlier tests are gone after a second.
+    time.sleep(2.5)
+    base = slab_objects()
+    x0 = p3_xstats(nl, ifindex)
+    t0 = time.monotonic()
+    stop = threading.Event()
+
+    def changer():
+        k = 0
+        while not stop.wait(0.5):
+            opts = ("bands 8 rate 20mbit", "bands 4 rate 20mbit limit 500")
+            tc_batch([f"qdisc change dev {SDEV} root handle 1: p3 "
+                      f"{opts[k % 2]}"])
+            k += 1
+    th = threading.Thread(target=changer, daemon=True)
+    th.start()
+    try:
+        spray = p3t(["spray", RADDR, "--count", str(args.flows)],
+                    ns="p3rtr", wait=False)
+        if args.socket_flows:
+            local_flows(args.socket_flows)
+        spray.wait(timeout=3600)
+    finally:
+        stop.set()
+        th.join(timeout=30)
+    t1 = time.monotonic()
+    tc(f"qdisc change dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    x1 = p3_xstats(nl, ifindex)
+    # Idle for P3_FLOW_IDLE (1 s), then the GC timer's next round.
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(1.0)
+        x2 = p3_xstats(nl, ifindex)
+        # The eight flows of the churn stay; every short one must go.
+        if x2["flows"] <= 8 or time.monotonic() > deadline:
+            break
+    end = slab_objects()
+    created = x1["flows_created"] - x0["flows_created"]
+    # A closed socket's memory comes back for the next one, and with it
+    # its key: socket flows may reuse an idle flow, so only the forwarded
+    # ones (a hash each) are counted exactly.
+    want = args.flows
+    chk.note(f"{args.flows} forwarded + {args.socket_flows} socket flows in "
+             f"{t1 - t0:.1f} s; flows created {created}, live after "
+             f"{x1['flows']}, after idle {x2['flows']}; gc "
+             f"{x2['flows_gc'] - x0['flows_gc']}; drops_alloc "
+             f"{x2['drops_alloc'] - x0['drops_alloc']}; slab objects "
+             f"{base} -> {end}; longest probe gap "
+             f"{probe.max_gap(t0, t1) * 1e3:.0f} ms")
+    chk.expect(created >= want * 0.999,
+               f"only {created} flows created of {want}")
+    chk.expect(x2["flows"] <= 8, f"{x2['flows']} flows left after idle")
+    chk.expect(x2["flows_gc"] - x0["flows_gc"] >= created - 8,
+               "idle flows not garbage-collected")
+    if base is not None:
+        # At most the eight churn flows may have come back meanwhile.
+        chk.expect(end <= base + 8,
+                   f"p3_flow slab objects {end} above baseline {base}")
+    sh("ip netns del p3rtr")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=10,
+                    help="cycles per tc -batch run")
+    ap.add_argument("--reloads", type=int, default=20)
+    ap.add_argument("--flows", type=int, default=20000,
+                    help="forwarded short flows")
+    ap.add_argument("--socket-flows", type=int, default=2000,
+                    help="local short flows, a socket each")
+    ap.add_argument("--prefix", default="")
+    args = ap.parse_args()
+    tap = Tap(args.prefix)
+    print(f"# churn: kernel {os.uname().release}; cycles {args.cycles}, "
+          f"reloads {args.reloads}, flows {args.flows} + "
+          f"{args.socket_flows}", flush=True)
+    sh("modprobe sch_p3")
+    klog = KernelReports()
+    topology()
+    kmemleak_clear()
+    nl = Rtnl(SND)
+    with in_netns(SND):
+        ifindex = socket.if_nametoindex(SDEV)
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    sink = Sink()
+    flows = [
+        p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "6",
+             "--seconds", "100000", "--tag", "prio:8", "--group", "1"],
+            wait=False),
+        p3t(["udp", RADDR, "--port", str(PORT), "--count", "100000000",
+             "--pps", "100", "--tags", "prio:2,prio:7", "--switch-every",
+             "3", "--group", "2"], wait=False),
+    ]
+    probe = Probe()
+    time.sleep(1.0)
+    tests = [("cycles", lambda c: test_cycles(args, c, probe)),
+             ("reloads", lambda c: test_reloads(args, c, probe)),
+             ("short_flows", lambda c: test_short_flows(args, c, probe, nl,
+                                                        ifindex))]
+    try:
+        for name, fn in tests:
+            chk = Check()
+            try:
+                fn(chk)
+            except Exception as e:  # a crashed test is a failed test
+                chk.failures.append(f"exception: {e!r}")
+            for line in klog.new():
+                chk.failures.append(f"kernel log: {line}")
+            tap.result(not chk.failures, f"churn: {name}",
+                       "\n".join(chk.notes + chk.failures))
+    finally:
+        probe.close()
+        for p in flows:
+            p.terminate()
+        for p in flows:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        sink.stop()
+        nl.close()
+        teardown()
+
+    if kmemleak_available():
+        leaks = kmemleak_p3(kmemleak_scan())
+        tap.result(not leaks, "churn: kmemleak finds nothing of p3 or the "
+                   "qdisc layer", "\n".join(leaks[:3]))
+    else:
+        tap.skip("churn: kmemleak", "not a debug kernel")
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,937 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Fault injection into the p3 qdisc and into libp3 channels, run as root
+inside the selftest VM.
+
+Kernel side (needs the debug kernel of `make check-debug`: failslab,
+fail_page_alloc, fail-nth and kmemleak; a TAP SKIP line otherwise):
+
+  create, change, replace   every allocation of one request, in turn, is
+      made to fail (/proc/thread-self/fail-nth on the thread that sends
+      the netlink request, so nothing else is hit): the request must
+      fail cleanly or succeed, and the qdisc must then exist fully (the
+      options asked for, one class per band, its statistics readable)
+      or not at all (the previous qdisc untouched). A refused change of
+      a qdisc holding packets keeps every packet and the configuration.
+  flow creation   happens in the transmit path, in whatever context sends:
+      failslab with its cache filter on the p3_flow cache only, at a
+      probability, while new flows arrive; every injected failure must
+      be one `drops_alloc`, one band drop and one qdisc drop, and the
+      flows must all be collected afterwards.
+  module load   fail-nth over finit_module() of sch_p3.ko.
+
+After all of it kmemleak must find nothing that points at sch_p3 or the
+qdisc layer, and the kernel log must hold no report.
+
+libp3 side (any kernel): a channel of 8 bands carrying 5 tensors, while
+  - netem on the receiver's ingress loses, duplicates, corrupts or
+    reorders packets;
+  - a proxy between the hosts damages one band's byte stream mid-slice:
+    a flipped byte, a repeated or swapped chunk, a FIN or an RST;
+  - the sender or the receiver is killed mid-slice.
+The receiver must deliver every tensor byte-exact or report an error (a
+damaged stream must be reported); it never completes a tensor whose bytes
+differ. The sender must finish or fail, never hang.
+
+  selftests/vm-run -- selftests/p3_faults.py [--max-nth N] [-t NAME]...
+"""
+import argparse
+import errno
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from p3lib import (RADDR, RCV, SDEV, SND, Check, Tap, sh, tc, teardown,
+                   topology)
+from p3_nlfuzz import (NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+                       NLM_F_REPLACE, NLM_F_REQUEST, P3_BANDS, P3_DEFAULT,
+                       P3_LIMIT, P3_QUANTUM, P3_RATE, P3_TAG, RTM_DELQDISC,
+                       RTM_GETQDISC, RTM_GETTCLASS, RTM_NEWQDISC,
+                       RTM_NEWTCLASS, TC_H_ROOT, TCA_KIND, TCA_OPTIONS,
+                       TCMSG, KernelReports, Rtnl, decode_xstats, in_netns,
+                       kmemleak_available, kmemleak_clear, kmemleak_p3,
+                       kmemleak_scan, nla, parse_attrs, u)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DBG = "/sys/kernel/debug"
+TCA_STATS2, TCA_STATS_QUEUE, TCA_STATS_BASIC = 7, 3, 1
+
+
+# --- kernel fault injection -------------------------------------------
+
+def dbg_write(path, value):
+    with open(os.path.join(DBG, path), "w") as f:
+        f.write(str(value))
+
+
+def dbg_read(path):
+    with open(os.path.join(DBG, path)) as f:
+        return f.read().strip()
+
+
+def fault_setup():
+    """failslab and fail_page_alloc armed for fail-nth only: probability
+    0 (nothing fails at random), sleeping allocations included, order-0
+    pages included, nothing printed (a stack dump per failure would fill
+    the log with the very traces the checks look for)."""
+    for attr in ("failslab", "fail_page_alloc"):
+        dbg_write(f"{attr}/probability", 0)
+        dbg_write(f"{attr}/verbose", 0)
+        dbg_write(f"{attr}/ignore-gfp-wait", "N")
+        dbg_write(f"{attr}/task-filter", "N")
+        dbg_write(f"{attr}/times", -1)
+    dbg_write("fail_page_alloc/min-order", 0)
+    dbg_write("fail_page_alloc/ignore-gfp-highmem", "N")
+    dbg_write("failslab/cache-filter", "N")
+
+
+class FailNth:
+    """/proc/thread-self/fail-nth of the calling thread, opened once: an
+    open() between arming and the request would itself allocate."""
+
+    def __init__(self):
+        self.fd = os.open("/proc/thread-self/fail-nth", os.O_RDWR)
+
+    def arm(self, n):
+        os.pwrite(self.fd, str(n).encode(), 0)
+
+    def left(self):
+        """0 once the armed failure was injected."""
+        return int(os.pread(self.fd, 32, 0).decode().strip() or 0)
+
+    def close(self):
+        os.close(self.fd)
+
+
+def p3_opts(**kw):
+    sizes = {P3_BANDS: 1, P3_DEFAULT: 1, P3_TAG: 1, P3_LIMIT: 4,
+             P3_QUANTUM: 4, P3_RATE: 8}
+    ids = {"bands": P3_BANDS, "default": P3_DEFAULT, "tag": P3_TAG,
+           "limit": P3_LIMIT, "quantum": P3_QUANTUM, "rate": P3_RATE}
+    return b"".join(nla(ids[k], u(sizes[ids[k]], v)) for k, v in kw.items())
+
+
+def newqdisc_body(ifindex, parent, handle, **opts):
+    return (TCMSG.pack(0, ifindex, handle, parent, 0) +
+            nla(TCA_KIND, b"p3\0") +
+            nla(TCA_OPTIONS | NLA_F_NESTED, p3_opts(**opts)))
+
+
+def class_stats(nl, ifindex, handle):
+    """{minor: (qlen, backlog, drops, packets)} of the p3's classes."""
+    rep = nl.request(RTM_GETTCLASS, NLM_F_REQUEST | NLM_F_DUMP,
+                     TCMSG.pack(0, ifindex, 0, handle, 0))
+    out = {}
+    for t, payload in rep.msgs:
+        if t != RTM_NEWTCLASS:
+            continue
+        _, idx, h, parent, _ = TCMSG.unpack_from(payload)
+        if h >> 16 != handle >> 16:
+            continue
+        q = (0, 0, 0, 0)
+        for at, data in parse_attrs(payload[TCMSG.size:]):
+            if at & 0x3fff != TCA_STATS2:
+                continue
+            pk = 0
+            qs = None
+            for st, sd in parse_attrs(data):
+                if st & 0x3fff == TCA_STATS_BASIC and len(sd) >= 12:
+                    pk = struct.unpack_from("=QI", sd)[1]
+                elif st & 0x3fff == TCA_STATS_QUEUE and len(sd) >= 20:
+                    qs = struct.unpack_from("=IIIII", sd)
+            if qs:
+                q = (qs[0], qs[1], qs[2], pk)
+        out[h & 0xffff] = q
+    return out
+
+
+def qdisc_queue(nl, ifindex, handle):
+    """(qlen, drops, packets sent) of the qdisc @handle, from TCA_STATS2."""
+    rep = nl.request(RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP,
+                     TCMSG.pack(0, ifindex, 0, 0, 0))
+    for t, payload in rep.msgs:
+        _, idx, h, _, _ = TCMSG.unpack_from(payload)
+        if idx != ifindex or h != handle:
+            continue
+        qs, pk = None, 0
+        for at, data in parse_attrs(payload[TCMSG.size:]):
+            if at & 0x3fff == TCA_STATS2:
+                for st, sd in parse_attrs(data):
+                    if st & 0x3fff == TCA_STATS_QUEUE and len(sd) >= 20:
+                        qs = struct.unpack_from("=IIIII", sd)
+                    elif st & 0x3fff == TCA_STATS_BASIC and len(sd) >= 12:
+                        pk = struct.unpack_from("=QI", sd)[1]
+        if qs:
+            return qs[0], qs[2], pk
+    return None
+
+
+def del_root(k):
+    """tc qdisc del dev SDEV root, without an exec."""
+    k.nl.request(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                 TCMSG.pack(0, k.ifindex, 0, TC_H_ROOT, 0))
+
+
+def whole(nl, ifindex, handle, want):
+    """Problems with the p3 at @handle, which must have options @want,
+    one class per band and readable statistics; [] if it is whole."""
+    q = nl.p3_at(ifindex, handle)
+    if q is None:
+        return ["gone"]
+    bad = [f"{k} {q['options'].get(k)} != {v}" for k, v in want.items()
+           if q["options"].get(k) != v]
+    bands = q["options"].get("bands")
+    cls = class_stats(nl, ifindex, handle)
+    if sorted(cls) != list(range(1, (bands or 0) + 1)):
+        bad.append(f"classes {sorted(cls)} for {bands} bands")
+    if q["xstats"] is None or len(q["xstats"]) < 8:
+        bad.append("no xstats")
+    return bad
+
+
+def sweep(nl, fnth, max_nth, attempt, check, reset):
+    """fail-nth over every allocation of attempt(): for n = 1, 2, ... the
+    n-th allocation fails, check(result) lists problems, reset() puts the
+    starting state back. Ends when a run needs fewer than n allocations.
+    Returns (injected, outcomes, problems)."""
+    outcomes, problems = {}, []
+    n = 0
+    for n in range(1, max_nth + 1):
+        fnth.arm(n)
+        try:
+            rep = attempt()
+            res = rep.err if rep.acked else "no-ack"
+            msg = rep.msg
+        except OSError as e:
+            res, msg = f"oserror {errno.errorcode.get(e.errno, e.errno)}", None
+        left = fnth.left()
+        fnth.arm(0)
+        injected = left == 0
+        key = (errno.errorcode.get(res, res) if isinstance(res, int) and res
+               else ("ok" if res == 0 else res))
+        if injected:
+            # Refusals without an extack are only reported: an ENOMEM
+            # from deep in the core has no message to give.
+            if isinstance(res, int) and res and not msg:
+                key += " (no extack)"
+            outcomes[key] = outcomes.get(key, 0) + 1
+        for p in check(res, injected):
+            problems.append(f"fail-nth {n} ({key}): {p}")
+        reset()
+        if not injected:
+            return n - 1, outcomes, problems
+    return n, outcomes, problems + [f"still injecting at n={max_nth}"]
+
+
+class Kernel:
+    """State shared by the kernel fault tests."""
+
+    def __init__(self, args):
+        self.args = args
+        self.nl = Rtnl(SND)
+        with in_netns(SND):
+            self.ifindex = socket.if_nametoindex(SDEV)
+        self.fnth = FailNth()
+
+    def close(self):
+        self.fnth.close()
+        self.nl.close()
+
+
+def traffic_ok(chk, what):
+    """A burst of 100 urgent datagrams from the sender host arrives."""
+    code = ("import socket, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 1)\n"
+            "for i in range(100):\n"
+            f"    s.sendto(b'x' * 100, ('{RADDR}', 5401))\n"
+            "    time.sleep(0.002)\n")
+    with in_netns(RCV):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.bind(("0.0.0.0", 5401))
+    rx.settimeout(2)
+    got = 0
+    try:
+        subprocess.run(["ip", "netns", "exec", SND, sys.executable, "-c",
+                        code], check=True, timeout=120)
+        while got < 100:
+            rx.recv(2048)
+            got += 1
+    except socket.timeout:
+        pass
+    finally:
+        rx.close()
+    chk.expect(got == 100, f"{what}: {got}/100 datagrams arrived")
+
+
+def create_test(k, chk, parent_setup, parent, handle, prev_kind):
+    """Sweep of a p3 creation at @parent; the place held @prev_kind."""
+    want = dict(bands=16, default=3, tag=1, limit=500, quantum=3028,
+                rate=2500000)
+    body = newqdisc_body(k.ifindex, parent, handle, **want)
+
+    def attempt():
+        return k.nl.request(RTM_NEWQDISC,
+                            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE |
+                            NLM_F_REPLACE, body)
+
+    def check(res, injected):
+        q = k.nl.p3_at(k.ifindex, handle)
+        if q is None:
+            if res == 0:
+                return ["acknowledged, but no p3 there"]
+            there = [x["kind"] for x in k.nl.qdiscs(k.ifindex,
+                                                     invisible=True)
+                     if x["parent"] == parent]
+            if prev_kind not in there:
+                return [f"refused, and {prev_kind} is gone too: {there}"]
+            return []
+        if isinstance(res, int) and res:
+            return [f"refused ({res}), but a p3 is there"]
+        return whole(k.nl, k.ifindex, handle, want)
+
+    def reset():
+        del_root(k)
+        parent_setup()
+
+    reset()
+    n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
+                                  check, reset)
+    chk.note(f"{n} allocations failed in turn; outcomes {outcomes}")
+    chk.failures += problems[:10]
+    if len(problems) > 10:
+        chk.failures.append(f"... {len(problems) - 10} more")
+    traffic_ok(chk, "afterwards")
+    return n
+
+
+def test_create_root(k, chk):
+    return create_test(k, chk, lambda: None, TC_H_ROOT, 0x10000, "noqueue")
+
+
+def tbf_setup():
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate 20mbit burst 32k "
+       "latency 100ms")
+
+
+def htb_setup():
+    tc(f"qdisc add dev {SDEV} root handle 1: htb default 1")
+    tc(f"class add dev {SDEV} parent 1: classid 1:1 htb rate 20mbit "
+       "ceil 20mbit")
+
+
+def test_create_tbf(k, chk):
+    return create_test(k, chk, tbf_setup, 0x10001, 0x100000, "bfifo")
+
+
+def test_create_htb(k, chk):
+    return create_test(k, chk, htb_setup, 0x10001, 0x100000, "pfifo")
+
+
+def fill(n_per_band=6, bands=8):
+    """Queues packets in every band of a p3 paced at 8 kbit/s: nothing
+    much leaves while the test looks."""
+    with in_netns(SND):
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                 for _ in range(bands)]
+    for b, s in enumerate(socks):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, b + 1)
+        for _ in range(n_per_band):
+            s.sendto(b"x" * 1000, (RADDR, 9))
+        s.close()
+
+
+def test_change(k, chk):
+    """Refused changes keep packets and configuration; accepted ones fold
+    bands and push out over the limit, with the sums still adding up."""
+    start = dict(bands=8, limit=1000, rate=1000)
+    want = dict(bands=4, limit=20, tag=2, quantum=1514)
+    body = newqdisc_body(k.ifindex, TC_H_ROOT, 0x10000, **want)
+    state = {}
+
+    def reset():
+        del_root(k)
+        k.nl.request(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,
+                     newqdisc_body(k.ifindex, TC_H_ROOT, 0x10000, **start))
+        fill()
+        state["before"] = qdisc_queue(k.nl, k.ifindex, 0x10000)
+
+    def attempt():
+        return k.nl.request(RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK, body)
+
+    def check(res, injected):
+        q = k.nl.p3_at(k.ifindex, 0x10000)
+        if q is None:
+            return ["the p3 disappeared"]
+        qlen, drops, sent = qdisc_queue(k.nl, k.ifindex, 0x10000)
+        qlen0, drops0, sent0 = state["before"]
+        cls = class_stats(k.nl, k.ifindex, 0x10000)
+        bad = []
+        if sum(c[0] for c in cls.values()) != qlen:
+            bad.append(f"band qlens {[c[0] for c in cls.values()]} != "
+                       f"qdisc qlen {qlen}")
+        # Every packet queued at the start is still queued, sent or
+        # counted as dropped.
+        if qlen + (sent - sent0) + (drops - drops0) != qlen0:
+            bad.append(f"qlen {qlen0} -> {qlen}, sent +{sent - sent0}, "
+                       f"dropped +{drops - drops0}: packets unaccounted")
+        if isinstance(res, int) and res:
+            if {x: q["options"].get(x) for x in start} != start:
+                bad.append(f"refused, but options are now {q['options']}")
+            if drops != drops0:
+                bad.append(f"refused, but {drops - drops0} packets dropped")
+        else:
+            bad += whole(k.nl, k.ifindex, 0x10000, want)
+            if qlen > 20:
+                bad.append(f"{qlen} packets queued under limit 20")
+        return bad
+
+    reset()
+    n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
+                                  check, reset)
+    chk.note(f"{n} allocations failed in turn; outcomes {outcomes}; queue "
+             f"at start {state['before']}")
+    chk.failures += problems[:10]
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    return n
+
+
+def test_replace_root(k, chk):
+    """A p3 grafted over a tbf root (the old one destroyed on success)."""
+    return create_test(k, chk, tbf_setup, TC_H_ROOT, 0x20000, "tbf")
+
+
+def slab_objects():
+    try:
+        with open("/sys/kernel/slab/p3_flow/shrink", "w") as f:
+            f.write("1")
+        with open("/sys/kernel/slab/p3_flow/objects") as f:
+            return int(f.read().split()[0])
+    except OSError:
+        return None
+
+
+def test_flow_alloc(k, chk):
+    """Flow creation fails at random (p3_flow cache only) while forwarded
+    flows and local sockets send: each failure is one counted drop."""
+    sh("ip netns add p3rtr")
+    sh(f"ip link add g0 netns p3rtr type veth peer name g1 netns {SND}")
+    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
+    sh("ip link set g0 up", ns="p3rtr")
+    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
+    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
+    sh("ip link set g1 up", ns=SND)
+    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8")
+    time.sleep(2.5)
+    base = slab_objects()
+    q0 = k.nl.p3_at(k.ifindex, 0x10000)
+    x0 = decode_xstats(q0["xstats"])
+    d0 = qdisc_queue(k.nl, k.ifindex, 0x10000)[2]
+    cls0 = class_stats(k.nl, k.ifindex, 0x10000)
+    times = 1000000
+    with open("/sys/kernel/slab/p3_flow/failslab", "w") as f:
+        f.write("1")
+    dbg_write("failslab/cache-filter", "Y")
+    dbg_write("failslab/ignore-gfp-wait", "Y")
+    dbg_write("failslab/times", times)
+    dbg_write("failslab/probability", k.args.flow_fail_pct)
+    try:
+        sh(f"{sys.executable} {HERE}/p3t.py spray {RADDR} --count "
+           f"{k.args.flow_faults}", ns="p3rtr", timeout=1800)
+        code = ("import socket\n"
+                "for i in range(500):\n"
+                "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                f"    s.sendto(b'x' * 32, ('{RADDR}', 9))\n"
+                "    s.close()\n")
+        subprocess.run(["ip", "netns", "exec", SND, sys.executable, "-c",
+                        code], check=True, timeout=600)
+    finally:
+        dbg_write("failslab/probability", 0)
+        left = int(dbg_read("failslab/times"))
+        dbg_write("failslab/times", -1)
+        dbg_write("failslab/cache-filter", "N")
+        dbg_write("failslab/ignore-gfp-wait", "N")
+        with open("/sys/kernel/slab/p3_flow/failslab", "w") as f:
+            f.write("0")
+    injected = times - left
+    time.sleep(1.0)
+    x1 = decode_xstats(k.nl.p3_at(k.ifindex, 0x10000)["xstats"])
+    d1 = qdisc_queue(k.nl, k.ifindex, 0x10000)[2]
+    cls1 = class_stats(k.nl, k.ifindex, 0x10000)
+    band_drops = sum(cls1[c][2] - cls0.get(c, (0, 0, 0, 0))[2]
+                     for c in cls1)
+    alloc = x1["drops_alloc"] - x0["drops_alloc"]
+    other = (x1["drops_limit"] - x0["drops_limit"] +
+             x1["drops_memory"] - x0["drops_memory"])
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(1.0)
+        x2 = decode_xstats(k.nl.p3_at(k.ifindex, 0x10000)["xstats"])
+        if x2["flows"] == 0 or time.monotonic() > deadline:
+            break
+    end = slab_objects()
+    chk.note(f"{k.args.flow_faults} forwarded + 500 socket flows at "
+             f"{k.args.flow_fail_pct}% failure: {injected} failures "
+             f"injected; drops_alloc +{alloc}, band drops +{band_drops}, "
+             f"qdisc drops +{d1 - d0} (other drops +{other}); flows "
+             f"created +{x1['flows_created'] - x0['flows_created']}, left "
+             f"after idle {x2['flows']}; slab {base} -> {end}")
+    chk.expect(injected > 0, "no failure injected")
+    chk.expect(alloc == injected, f"drops_alloc +{alloc} != {injected} "
+               "injected failures")
+    chk.expect(band_drops == alloc + other and d1 - d0 == alloc + other,
+               "band, qdisc and cause drop counters disagree")
+    chk.expect(x2["flows"] == 0, f"{x2['flows']} flows left")
+    if base is not None:
+        chk.expect(end <= base, f"p3_flow slab {end} above {base}")
+    traffic_ok(chk, "after the failures")
+    sh("ip netns del p3rtr")
+    return injected
+
+
+def test_module_load(k, chk):
+    """finit_module() of sch_p3.ko with each allocation failing in turn."""
+    path = subprocess.run(["modinfo", "-n", "sch_p3"], text=True,
+                          stdout=subprocess.PIPE).stdout.strip()
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    SYS_finit_module = 313
+
+    def loaded():
+        return os.path.exists("/sys/module/sch_p3")
+
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    sh("rmmod sch_p3", check=False)
+    fd = os.open(path, os.O_RDONLY)
+    outcomes, problems = {}, []
+    n = 0
+    try:
+        for n in range(1, k.args.max_nth * 4 + 1):
+            k.fnth.arm(n)
+            rc = libc.syscall(SYS_finit_module, fd, b"", 0)
+            err = __import__("ctypes").get_errno() if rc else 0
+            left = k.fnth.left()
+            k.fnth.arm(0)
+            key = errno.errorcode.get(err, err) if err else "ok"
+            if left == 0:
+                outcomes[key] = outcomes.get(key, 0) + 1
+            is_loaded = loaded()
+            if (rc == 0) != is_loaded:
+                problems.append(f"fail-nth {n}: finit_module {key}, "
+                                f"loaded {is_loaded}")
+            if is_loaded:
+                # A cache that could be made must work: one qdisc.
+                r = subprocess.run(["ip", "netns", "exec", SND, "tc",
+                                    "qdisc", "add", "dev", SDEV, "root",
+                                    "handle", "1:", "p3"])
+                if r.returncode:
+                    problems.append(f"fail-nth {n}: loaded, but no p3 "
+                                    "qdisc can be made")
+                sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+                if subprocess.run(["rmmod", "sch_p3"]).returncode:
+                    problems.append(f"fail-nth {n}: rmmod failed")
+                    break
+            if left != 0:
+                n -= 1
+                break
+    finally:
+        os.close(fd)
+        sh("modprobe sch_p3", check=False)
+    chk.note(f"{n} allocations of the module load failed in turn; "
+             f"outcomes {outcomes}")
+    chk.failures += problems[:10]
+    traffic_ok(chk, "after reloading")
+    return n
+
+
+KERNEL_TESTS = [
+    ("create_root", test_create_root),
+    ("create_under_tbf", test_create_tbf),
+    ("create_under_htb", test_create_htb),
+    ("replace_tbf_root", test_replace_root),
+    ("change_with_queue", test_change),
+    ("flow_alloc", test_flow_alloc),
+    ("module_load", test_module_load),
+]
+
+
+# --- libp3 ------------------------------------------------------------
+
+LIB_PORT = 5500
+TENSORS = {1: (0, 256 << 10), 10: (4, 3 << 20), 11: (5, 3 << 20),
+           12: (6, 3 << 20), 13: (7, 3 << 20)}
+
+
+def content(tid, size):
+    import numpy as np
+    return np.random.default_rng(tid).integers(0, 256, size, dtype=np.uint8)
+
+
+def role_recv(a):
+    import numpy as np
+    import p3
+    out = {"completions": {}, "errors": [], "timeout": False}
+    try:
+        with p3.Listener("0.0.0.0", a.port, timeout=60) as lst:
+            open(a.out + ".ready", "w").close()
+            rx = lst.accept(timeout=60)
+            bufs = {}
+            for tid, (_, size) in TENSORS.items():
+                bufs[tid] = np.zeros(size, dtype=np.uint8)
+                rx.expect(tid, bufs[tid], iteration=1)
+            last = time.monotonic()
+            while rx.pending:
+                if time.monotonic() - last > a.idle:
+                    out["timeout"] = True
+                    break
+                try:
+                    done = rx.poll(0.5)
+                except p3.Error as e:
+                    out["errors"].append([e.errno, str(e)])
+                    last = time.monotonic()
+                    if e.errno in (p3.EINCOMPLETE, errno.EPIPE):
+                        break
+                    continue
+                for c in done:
+                    last = time.monotonic()
+                    exact = bool(np.array_equal(bufs[c.tensor],
+                                                content(c.tensor, c.bytes)))
+                    out["completions"][str(c.tensor)] = exact
+            rx.close()
+    except p3.Error as e:
+        out["errors"].append([e.errno, str(e)])
+    with open(a.out, "w") as f:
+        json.dump(out, f)
+
+
+def role_send(a):
+    import p3
+    out = {"error": None}
+    try:
+        ch = p3.Channel.connect(a.host, a.port, bands=8, method="dscp",
+                                timeout=10)
+        open(a.out + ".ready", "w").close()
+        for tid, (lv, size) in TENSORS.items():
+            if tid != 1:
+                ch.send(tid, content(tid, size), level=lv, iteration=1)
+        ch.send(1, content(1, TENSORS[1][1]), level=0, iteration=1)
+        ch.flush(timeout=60)
+        ch.close()
+    except p3.Error as e:
+        out["error"] = [e.errno, str(e)]
+    with open(a.out, "w") as f:
+        json.dump(out, f)
+
+
+class Proxy:
+    """TCP proxy in the receiver host: the sender connects to it, it
+    connects on to the receiver. One connection (the first to carry
+    @at bytes) gets @fault applied mid-stream."""
+
+    def __init__(self, listen_port, to_port, fault, at=1 << 20):
+        self.to = to_port
+        self.fault, self.at = fault, at
+        self.done = False
+        self.applied = None
+        self.lock = threading.Lock()
+        with in_netns(RCV):
+            self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.ls.bind(("0.0.0.0", listen_port))
+            self.ls.listen(64)
+        self.ls.settimeout(0.5)
+        self.conns = []
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self):
+        while not self.done:
+            try:
+                c, _ = self.ls.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with in_netns(RCV):
+                up = socket.create_connection(("127.0.0.1", self.to))
+            self.conns += [c, up]
+            threading.Thread(target=self._pipe, args=(c, up, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, c, False),
+                             daemon=True).start()
+
+    def _claim(self):
+        with self.lock:
+            if self.applied is None:
+                self.applied = self.fault
+                return True
+            return False
+
+    def _pipe(self, src, dst, forward):
+        total = 0
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                if forward and total + len(data) >= self.at and \
+                        self.applied is None and self._claim():
+                    data = self._damage(data, self.at - total, src, dst)
+                    if data is None:
+                        return
+                total += len(data)
+                dst.sendall(data)
+        except OSError:
+            # One side is gone (the receiver closes a band whose stream
+            # it refused): reset the other, as a real peer's death would,
+            # so that the sender learns of it at once.
+            for s in (src, dst):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 struct.pack("ii", 1, 0))
+                    s.close()
+                except OSError:
+                    pass
+
+    def _damage(self, data, cut, src, dst):
+        cut = max(1, min(cut, len(data) - 1))
+        f = self.fault
+        if f == "flip":
+            return data[:cut] + bytes([data[cut] ^ 0x5a]) + data[cut + 1:]
+        if f == "dup":
+            return data[:cut] + data[max(0, cut - 100):cut] + data[cut:]
+        if f == "swap":
+            a, b = data[:cut], data[cut:]
+            if len(b) < 200:
+                return b + a
+            return a + b[100:200] + b[:100] + b[200:]
+        if f in ("fin", "rst"):
+            dst.sendall(data[:cut])
+            for s in (dst, src):
+                if f == "rst":
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                 struct.pack("ii", 1, 0))
+                    s.close()
+                else:
+                    s.shutdown(socket.SHUT_RDWR)
+            return None
+        return data
+
+    def close(self):
+        self.done = True
+        self.ls.close()
+        for c in self.conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+def lib_topology():
+    topology()
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 tag dscp "
+       "rate 100mbit")
+
+
+def netem_ingress(spec):
+    """netem on the receiver's ingress, through an ifb."""
+    sh("ip link add ifb0 type ifb", ns=RCV)
+    sh("ip link set ifb0 up", ns=RCV)
+    tc("qdisc add dev r0 handle ffff: ingress", ns=RCV)
+    tc("filter add dev r0 parent ffff: matchall action mirred egress "
+       "redirect dev ifb0", ns=RCV)
+    tc(f"qdisc add dev ifb0 root netem {spec}", ns=RCV)
+
+
+def lib_run(chk, name, fault=None, netem=None, kill=None):
+    """One transfer; returns its outcome for the summary."""
+    lib_topology()
+    if netem:
+        netem_ingress(netem)
+    tmp = tempfile.mkdtemp()
+    rout, sout = f"{tmp}/recv.json", f"{tmp}/send.json"
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "userlib", "python"))
+    me = [sys.executable, os.path.abspath(__file__)]
+    port = LIB_PORT
+    proxy = None
+    recv = subprocess.Popen(["ip", "netns", "exec", RCV] + me +
+                            ["--role", "recv", "--port", str(port), "--out",
+                             rout, "--idle", "20"], env=env)
+    for _ in range(300):
+        if os.path.exists(rout + ".ready"):
+            break
+        time.sleep(0.1)
+    to_port = port
+    if fault:
+        proxy = Proxy(port + 1, port, fault)
+        to_port = port + 1
+    send = subprocess.Popen(["ip", "netns", "exec", SND] + me +
+                            ["--role", "send", "--host", RADDR, "--port",
+                             str(to_port), "--out", sout], env=env)
+    killed = None
+    if kill:
+        # Mid-slice: the 3 MiB slices take ~0.25 s each at 100 Mbit/s.
+        for _ in range(600):
+            if os.path.exists(sout + ".ready"):
+                break
+            time.sleep(0.1)
+        time.sleep(1.2)
+        victim = send if kill == "sender" else recv
+        # ip netns exec replaces itself with python: this is its pid.
+        os.kill(victim.pid, signal.SIGKILL)
+        killed = kill
+    hung = []
+    for who, p in (("sender", send), ("receiver", recv)):
+        try:
+            p.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            hung.append(who)
+    if proxy:
+        proxy.close()
+
+    def load(path):
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+    r, s = load(rout), load(sout)
+    sh(f"rm -rf {tmp}", check=False)
+    teardown()
+
+    bad = []
+    chk.expect(not hung, f"{name}: {hung} hung")
+    if killed != "receiver":
+        if r is None:
+            bad.append("the receiver left no result")
+        else:
+            wrong = [t for t, ok in r["completions"].items() if not ok]
+            if wrong:
+                bad.append(f"tensors {wrong} completed with wrong bytes")
+            complete = len(r["completions"]) == len(TENSORS)
+            if not complete and not r["errors"]:
+                bad.append(f"only {sorted(r['completions'])} completed and "
+                           f"no error reported{' (idle timeout)' if r['timeout'] else ''}")
+            if (fault or killed) and not r["errors"] and \
+                    (fault != "fin" or not complete):
+                bad.append("the damaged stream was not reported")
+    if killed != "sender" and s is None and "sender" not in hung:
+        bad.append("the sender left no result")
+    for b in bad:
+        chk.failures.append(f"{name}: {b}")
+    got = sorted(r["completions"]) if r else None
+    errs = sorted({e[1].split(":")[-1].strip() for e in r["errors"]}) \
+        if r else None
+    chk.note(f"{name}: completed {got}, receiver errors {errs}, sender "
+             f"{(s or {}).get('error') if s else 'killed/none'}")
+
+
+LIB_CASES = [
+    ("netem loss 5%", dict(netem="loss 5%")),
+    ("netem duplicate 5%", dict(netem="duplicate 5%")),
+    ("netem corrupt 2%", dict(netem="corrupt 2%")),
+    ("netem reorder 25%", dict(netem="delay 5ms reorder 25% 50%")),
+    ("netem all", dict(netem="delay 3ms 2ms loss 2% duplicate 2% "
+                       "corrupt 1% reorder 10% 50%")),
+    ("proxy flips a byte", dict(fault="flip")),
+    ("proxy repeats 100 bytes", dict(fault="dup")),
+    ("proxy swaps two chunks", dict(fault="swap")),
+    ("proxy sends FIN mid-slice", dict(fault="fin")),
+    ("proxy resets mid-slice", dict(fault="rst")),
+    ("sender killed mid-slice", dict(kill="sender")),
+    ("receiver killed mid-slice", dict(kill="receiver")),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("-t", "--test", action="append",
+                    help="only this test (repeatable): a kernel test name, "
+                    "or 'libp3'")
+    ap.add_argument("--max-nth", type=int, default=400,
+                    help="give up a sweep after this many allocations")
+    ap.add_argument("--flow-faults", type=int, default=5000,
+                    help="forwarded flows sent while creation fails")
+    ap.add_argument("--flow-fail-pct", type=int, default=20)
+    ap.add_argument("--prefix", default="")
+    ap.add_argument("--role", choices=["send", "recv"], help=argparse.SUPPRESS)
+    ap.add_argument("--host")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--out")
+    ap.add_argument("--idle", type=float, default=20)
+    args = ap.parse_args()
+    if args.role:
+        return (role_send if args.role == "send" else role_recv)(args)
+
+    tap = Tap(args.prefix)
+    sh("modprobe sch_p3")
+    klog = KernelReports()
+    want = set(args.test or [])
+    debug = os.path.exists(f"{DBG}/failslab") and \
+        os.path.exists("/proc/self/fail-nth")
+    injected = 0
+    if not debug:
+        tap.skip("faults: kernel fault injection",
+                 "no /sys/kernel/debug/failslab: not the debug kernel")
+    else:
+        fault_setup()
+        kmemleak_clear()
+        for name, fn in KERNEL_TESTS:
+            if want and name not in want:
+                continue
+            chk = Check()
+            t0 = time.monotonic()
+            k = None
+            try:
+                topology()
+                k = Kernel(args)
+                injected += fn(k, chk) or 0
+            except Exception as e:  # a crashed test is a failed test
+                chk.failures.append(f"exception: {e!r}")
+            finally:
+                if k:
+                    k.close()
+                teardown()
+            for line in klog.new():
+                chk.failures.append(f"kernel log: {line}")
+            chk.note(f"took {time.monotonic() - t0:.1f} s")
+            tap.result(not chk.failures, f"faults: {name}",
+                       "\n".join(chk.notes + chk.failures))
+        if kmemleak_available():
+            leaks = kmemleak_p3(kmemleak_scan())
+            tap.result(not leaks, "faults: kmemleak finds nothing of p3 or "
+                       "the qdisc layer after the kernel faults",
+                       "\n".join(leaks[:3]))
+
+    if not want or "libp3" in want:
+        for name, kw in LIB_CASES:
+            chk = Check()
+            t0 = time.monotonic()
+            try:
+                lib_run(chk, name, **kw)
+            except Exception as e:
+                chk.failures.append(f"exception: {e!r}")
+                teardown()
+            for line in klog.new():
+                chk.failures.append(f"kernel log: {line}")
+            chk.note(f"took {time.monotonic() - t0:.1f} s")
+            tap.result(not chk.failures, f"faults: libp3 {name}",
+                       "\n".join(chk.notes + chk.failures))
+    print(f"# faults: {injected} kernel faults injected")
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
