@@ -3,6 +3,8 @@
 # sch_p3 top-level build.
 #   make               module for every installed kernel, tc plugin, libp3
 #   make check         install deps, build, run host tests and VM selftests
+#   make check-debug   VM selftests, netlink fuzzing, churn and fault injection
+#                      on a debug kernel (KASAN, lockdep, kmemleak), built once
 #   make demo          the main job: VGG-19 training emulation, FIFO vs P3
 #   make install       module (running kernel), plugin, libp3, man pages
 #   make dkms-install  copy the module sources for DKMS
@@ -19,8 +21,8 @@ MODDIR  := $(BUILD)/kmod
 
 export BUILD
 
-.PHONY: all deps module tc userlib check check-run demo demo-run install \
-	module-install dkms-install clean
+.PHONY: all deps module tc userlib check check-run check-debug demo demo-run \
+	install module-install dkms-install clean
 
 all: module tc userlib
 
@@ -44,6 +46,9 @@ check: deps
 
 check-run:
 	@scripts/check.sh
+
+check-debug: deps
+	@scripts/check-debug.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory demo-run
