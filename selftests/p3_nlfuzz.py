@@ -505,8 +505,8 @@ class Gen:
                                       NLA_F_NESTED | NLA_F_NET_BYTEORDER]),
                         p, pad)
             sent = {}
-        elif kind == "flat":
-            nested = False
+        elif kind in ("flat", "trunc_nest"):
+            nested = kind != "flat"
             sent = {}
         payload = b"".join(nla(t, p) for t, p, _ in attrs)
         if kind == "trunc_attr":
@@ -522,6 +522,7 @@ class Gen:
             sent = {}
         elif kind == "empty":
             payload = b""
+            sent = {}
         elif kind == "many":
             # Every attribute, several times, up to a large nest.
             many = []
@@ -532,6 +533,18 @@ class Gen:
             sent = {}
         req.sent = sent
         return payload, nested
+
+    def options_attr(self, req, payload, nested):
+        """TCA_OPTIONS around @payload; for "trunc_nest", with a length
+        that claims more than the message holds, or cuts into the nest."""
+        attr = nla(TCA_OPTIONS | (NLA_F_NESTED if nested else 0), payload)
+        if req.opt.endswith("trunc_nest"):
+            r = self.r
+            claim = r.choice([len(attr) + 1, len(attr) + 4, len(attr) + 64,
+                              0xffff, 3, 4, max(4, len(attr) - 1),
+                              max(4, len(attr) - 5)])
+            attr = struct.pack("=H", claim & 0xffff) + attr[2:]
+        return attr
 
     def tcmsg(self, req, default_parent, default_handle):
         r = self.r
@@ -617,8 +630,7 @@ class Gen:
             if r.random() < 0.95:
                 payload, nested = self.options(req)
                 req.opt = how + "/" + req.opt
-                body += nla(TCA_OPTIONS | (NLA_F_NESTED if nested else 0),
-                            payload)
+                body += self.options_attr(req, payload, nested)
             else:
                 req.opt = how + "/no-options"
             body += self.extra_top(req)
@@ -644,8 +656,7 @@ class Gen:
                 body += self.kind_attr(req)
                 if r.random() < 0.5:
                     payload, nested = self.options(req)
-                    body += nla(TCA_OPTIONS | (NLA_F_NESTED if nested
-                                               else 0), payload)
+                    body += self.options_attr(req, payload, nested)
             req.targeted = False
         flags |= NLM_F_REQUEST | NLM_F_ACK
         x = r.random()
@@ -789,7 +800,8 @@ def fuzz_phase(args, name, rng, nl, ifindex):
             continue
         if rep.err == 0:
             ph.accepted += 1
-            if req.mtype == RTM_NEWQDISC and req.bad_range:
+            if req.mtype == RTM_NEWQDISC and req.bad_range and \
+                    req.targeted:
                 ph.bad_accepted.append(req.body.hex())
             if req.mtype in (RTM_NEWQDISC, RTM_DELQDISC):
                 now = nl.p3_at(ifindex, handle)
