@@ -38,12 +38,16 @@ def urgent_share(chk, link_bps, setup):
     active, so slow process start-up in the VM does not skew them."""
     setup()
     sink = Sink()
+    # Bulk runs until 3 s after the urgent flow ends, however long a busy
+    # emulated CPU takes to start the processes.
     bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
-                "--seconds", "11", "--tag", BULK, "--group", "1"],
+                "--seconds", "60", "--tag", BULK, "--group", "1"],
                wait=False)
     time.sleep(2.5)
     p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "1", "--seconds",
          "3.5", "--tag", URGENT, "--group", "2"])
+    time.sleep(3)
+    bulk.terminate()
     bulk.wait(timeout=60)
     rep = sink.stop()
 
