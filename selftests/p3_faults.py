@@ -634,7 +634,12 @@ def role_send(a):
 class Proxy:
     """TCP proxy in the receiver host: the sender connects to it, it
     connects on to the receiver. One connection (the first to carry
-    @at bytes) gets @fault applied mid-stream."""
+    @at bytes towards the receiver) gets @fault applied mid-stream.
+
+    One thread per connection serves both directions with select(): a
+    socket closed by another thread while this one sleeps in recv() on it
+    would stay open until the recv() returns, and an RST would never go.
+    """
 
     def __init__(self, listen_port, to_port, fault, at=1 << 20):
         self.to = to_port
@@ -648,7 +653,6 @@ class Proxy:
             self.ls.bind(("0.0.0.0", listen_port))
             self.ls.listen(64)
         self.ls.settimeout(0.5)
-        self.conns = []
         self.t = threading.Thread(target=self._accept, daemon=True)
         self.t.start()
 
@@ -662,10 +666,7 @@ class Proxy:
                 return
             with in_netns(RCV):
                 up = socket.create_connection(("127.0.0.1", self.to))
-            self.conns += [c, up]
-            threading.Thread(target=self._pipe, args=(c, up, True),
-                             daemon=True).start()
-            threading.Thread(target=self._pipe, args=(up, c, False),
+            threading.Thread(target=self._serve, args=(c, up),
                              daemon=True).start()
 
     def _claim(self):
@@ -675,34 +676,52 @@ class Proxy:
                 return True
             return False
 
-    def _pipe(self, src, dst, forward):
-        total = 0
+    @staticmethod
+    def _reset(*socks):
+        for s in socks:
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))
+                s.close()
+            except OSError:
+                pass
+
+    def _serve(self, c, up):
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(c, selectors.EVENT_READ, up)
+        sel.register(up, selectors.EVENT_READ, c)
+        total, open_dirs = 0, 2
         try:
-            while True:
-                data = src.recv(1 << 16)
-                if not data:
-                    dst.shutdown(socket.SHUT_WR)
-                    return
-                if forward and total + len(data) >= self.at and \
-                        self.applied is None and self._claim():
-                    data = self._damage(data, self.at - total, src, dst)
-                    if data is None:
-                        return
-                total += len(data)
-                dst.sendall(data)
+            while open_dirs and not self.done:
+                for key, _ in sel.select(timeout=0.5):
+                    src, dst = key.fileobj, key.data
+                    data = src.recv(1 << 16)
+                    if not data:
+                        dst.shutdown(socket.SHUT_WR)
+                        sel.unregister(src)
+                        open_dirs -= 1
+                        continue
+                    if src is c and total + len(data) >= self.at and \
+                            self.applied is None and self._claim():
+                        data = self._damage(data, self.at - total, c, up)
+                        if data is None:
+                            return
+                    if src is c:
+                        total += len(data)
+                    dst.setblocking(True)
+                    dst.sendall(data)
+            c.close()
+            up.close()
         except OSError:
             # One side is gone (the receiver closes a band whose stream
-            # it refused): reset the other, as a real peer's death would,
-            # so that the sender learns of it at once.
-            for s in (src, dst):
-                try:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                 struct.pack("ii", 1, 0))
-                    s.close()
-                except OSError:
-                    pass
+            # it refused): reset the other, as a dying peer would, so that
+            # the sender learns of it at once.
+            self._reset(c, up)
 
-    def _damage(self, data, cut, src, dst):
+    def _damage(self, data, cut, c, up):
+        """Damages the stream towards the receiver at byte @cut of
+        @data; None if the connection was cut instead."""
         cut = max(1, min(cut, len(data) - 1))
         f = self.fault
         if f == "flip":
@@ -714,26 +733,18 @@ class Proxy:
             if len(b) < 200:
                 return b + a
             return a + b[100:200] + b[:100] + b[200:]
-        if f in ("fin", "rst"):
-            dst.sendall(data[:cut])
-            for s in (dst, src):
-                if f == "rst":
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                 struct.pack("ii", 1, 0))
-                    s.close()
-                else:
-                    s.shutdown(socket.SHUT_RDWR)
-            return None
-        return data
+        up.sendall(data[:cut])
+        if f == "rst":
+            self._reset(up, c)
+        else:
+            for s in (up, c):
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        return None
 
     def close(self):
         self.done = True
         self.ls.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
 
 
 def lib_topology():

@@ -759,6 +759,8 @@ class Stats:
         self.readback = []
         self.verified = 0
         self.intact_restores = 0
+        self.stale = collections.Counter()
+        self.core_changed = []
 
     def shape(self, req, rep):
         env = ",".join(req.env) or "-"
@@ -796,7 +798,9 @@ def fuzz_phase(args, name, rng, nl, ifindex):
         ph.requests += 1
         ph.by_op[RTM_NAMES.get(req.mtype)] += 1
         if not rep.acked:
+            # Without NLM_F_ACK a change may have been made in silence.
             ph.no_reply += 1
+            last = nl.p3_at(ifindex, handle)
             continue
         if rep.err == 0:
             ph.accepted += 1
@@ -817,22 +821,30 @@ def fuzz_phase(args, name, rng, nl, ifindex):
             continue
         ph.rejected += 1
         shape = ph.shape(req, rep)
-        # The attribute parser leaves this warning in the extack even
-        # when a later check fails without a message of its own.
-        if rep.msg and rep.msg not in WARNINGS:
+        if rep.msg:
             ph.with_msg += 1
             ph.messages[(rep.err, rep.msg)] += 1
+            # The lenient parse of the top-level attributes leaves this
+            # warning in the extack; a later check that fails without a
+            # message of its own then seems to give it as its reason.
+            if rep.msg in WARNINGS and rep.err != errno.EINVAL:
+                ph.stale[shape] += 1
         else:
             ph.no_msg[shape] += 1
             if req.targeted and req.mtype in (RTM_NEWQDISC, RTM_DELQDISC):
                 ph.no_msg_p3[shape] += 1
-        # A refused request must leave the p3 exactly as it was.
+        # A refused request must leave the p3 exactly as it was. The core
+        # applies TCA_OPTIONS before it looks at TCA_STAB and TCA_RATE, so
+        # a bad one of those fails a change already made: counted apart.
         if req.mtype == RTM_NEWQDISC and rng.random() < args.verify:
             now = nl.p3_at(ifindex, handle)
             if (now and now["options"]) != (last and last["options"]):
-                ph.config_changed.append(
-                    f"{shape}: {last and last['options']} -> "
-                    f"{now and now['options']}")
+                what = f"{shape}: {last and last['options']} -> " \
+                    f"{now and now['options']}"
+                if any(e.startswith("top:") for e in req.env):
+                    ph.core_changed.append(what)
+                else:
+                    ph.config_changed.append(what)
                 last = now
         if (i + 1) % step == 0 or i + 1 == n:
             el = time.monotonic() - t0
@@ -922,6 +934,10 @@ def main():
                     f"a reply; {dict(ph.by_op)}; {ph.verified} accepted "
                     f"changes read back; p3 re-created "
                     f"{ph.intact_restores} times"]
+            if ph.core_changed:
+                diag.append(f"{len(ph.core_changed)} refusals by the core "
+                            "after p3 had applied the options (bad TCA_STAB "
+                            f"or TCA_RATE), e.g. {ph.core_changed[0]}")
             fails = []
             if reports:
                 fails.append(f"{len(reports)} kernel report lines, first: "
@@ -945,6 +961,8 @@ def main():
                 setattr(total, attr, getattr(total, attr) +
                         getattr(ph, attr))
             total.no_msg.update(ph.no_msg)
+            total.stale.update(ph.stale)
+            total.core_changed += ph.core_changed
             total.no_msg_p3.update(ph.no_msg_p3)
             total.messages.update(ph.messages)
     finally:
@@ -969,6 +987,12 @@ def main():
         origin = "p3" if msg in p3msgs else "core"
         lines.append(f"  {origin:4} {errno.errorcode.get(err, err):10} "
                      f"{c:7}  {msg}")
+    if total.stale:
+        lines.append(f"{sum(total.stale.values())} of the messages are the "
+                     "parser's stale 'bytes leftover' warning, not the "
+                     "reason (the core refused without a message of its "
+                     "own): " + "; ".join(f"{c} {s}" for s, c in
+                                          total.stale.most_common(8)))
     lines.append("refusals without a message, by shape (all from the core "
                  "unless marked p3-path):")
     for shape, c in total.no_msg.most_common(40):
