@@ -92,7 +92,7 @@ suite() {
 	# KASAN with slub_debug, lockdep and kmemleak under TCG: give the
 	# watchdogs room, they measure the emulator's stalls, not ours.
 	P3_VM_APPEND="slub_debug=FZPU watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
-		selftests/vm-run --kernel-image "$dir/vmlinux" --modules-dir "$moddir" \
+		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout 14400 --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@" 2>&1 | tee "$out/$name.tap"
 	rc=${PIPESTATUS[0]}

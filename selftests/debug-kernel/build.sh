@@ -3,8 +3,8 @@
 # kmemleak, UBSAN, debug objects, fault injection) from Debian's
 # linux-source-6.1, once per machine, and prints the directory holding it:
 #
-#   DIR/vmlinux                      ELF image, booted through PVH by vm-run
-#   DIR/vmlinuz                      the same kernel as a bzImage
+#   DIR/vmlinuz                      the bzImage vm-run boots
+#   DIR/vmlinux                      the same kernel as an ELF, for symbols
 #   DIR/root/lib/modules/RELEASE     modules_install output (modules.* and
 #                                    the few =m modules); its build/ link
 #                                    points at DIR/src, the built tree that
@@ -13,9 +13,10 @@
 #   DIR/build.log, DIR/build-seconds
 #
 # DIR is $P3_DEBUG_KERNEL_CACHE (default /var/cache/sch_p3/debug-kernel)
-# plus a hash of the config fragment next to this script, the source
-# package's version and the compiler's: a change to any of them builds a new
-# kernel, anything else reuses the cached one. --print-dir prints DIR and
+# plus a hash of the options in the config fragment next to this script
+# (its comments do not count), the source package's version and the
+# compiler's: a change to any of them builds a new kernel, anything else
+# reuses the cached one. --print-dir prints DIR and
 # exits 1 when no finished build is there, without building.
 #
 # The machine has two cores shared with running guests, so the build runs
@@ -31,7 +32,7 @@ die() { echo "debug-kernel: $*" >&2; exit 1; }
 
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null) ||
 	die "linux-source-6.1 is not installed"
-key=$( { cat "$fragment"; echo "$srcver"; gcc --version | head -n1; } |
+key=$( { grep -E '^(CONFIG_|# CONFIG_)' "$fragment"; echo "$srcver"; gcc --version | head -n1; } |
 	sha256sum | cut -c1-16)
 dir=$cache/$key
 
