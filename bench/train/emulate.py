@@ -18,7 +18,7 @@ the modes differ only in what they are about:
   slice     P3's slices (round-robin over servers), same order, one socket
   p3user    slices, one socket per peer, libp3's in-band priority queue
             (P3's user-space design), TCP_NOTSENT_LOWAT 16 KB
-  p3kernel  slices on 7 tagged sockets per peer (levels 0..6, DSCP), the
+  p3kernel  slices on 15 tagged sockets per peer (levels 0..14, DSCP), the
             p3 qdisc on every host
 
 With --bulk each worker host also runs an untagged bulk TCP upload (a
@@ -56,8 +56,16 @@ STORE_IP = f"{SUBNET}.200"
 BULK_PORT = 9000
 BULK_CHUNK = 1 << 20
 PUMP_S = 0.02           # sender wake-up period while data is queued
-GSO_MAX = 8192          # bytes per GSO packet (TCP builds them this big)
-TBF_BURST = 10000       # one such packet with its headers (p3's pacer sends
+RTO_MIN = "15s"         # see Cluster.up()
+# Packet-level sizes do not shrink with the job, so they are kept small:
+# what a flow has committed beyond the reach of user space is about
+# NOTSENT_LOWAT in its socket plus what TSQ lets into the qdisc.
+GSO_MAX = 4096          # bytes per GSO packet (TCP builds them this big)
+NOTSENT_LOWAT = 4096    # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
+TSQ_LIMIT = 4096        # tcp_limit_output_bytes: one such packet per flow
+                        # in the qdisc (TSQ's 1 MB default is ~1 ms at
+                        # 10 Gbit/s, ~5 s on these links)
+TBF_BURST = 6000        # one such packet with its headers (p3's pacer sends
                         # one, then waits len/R); --calibrate compares them
 QLIMIT = 10000          # packets: p3's default limit, and the pfifo's
 CLONE_NEWNET = 0x40000000
@@ -93,7 +101,8 @@ def enter_netns(name):
 class Cluster:
     """The namespaces, the bridge, and each host's egress shaper."""
 
-    def __init__(self, workers, servers):
+    def __init__(self, workers, servers, acks="urgent"):
+        self.acks = acks
         self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
         self.servers = [(f"s{i}", f"{SUBNET}.{100 + i}")
                         for i in range(servers)]
@@ -114,9 +123,22 @@ class Cluster:
         sw += [f"link set {h} master br0 up" for h, _ in self.hosts]
         sh(f"ip -n {SWITCH} -batch -", input="\n".join(sw) + "\n")
         for h, ip in self.hosts:
+            # TCP's loss timers assume packets that take microseconds; here
+            # one takes up to ~0.2 s, so the 200 ms minimum RTO and the tail
+            # loss probe would fire on mere queueing (and collapse cwnd)
+            # although nothing is lost.  Scale them with the emulation.
             sh(f"ip -n {self.ns(h)} -batch -",
                input=f"addr add {ip}/24 dev eth0\nlink set eth0 up\n"
-                     "link set lo up\n")
+                     "link set lo up\n"
+                     f"route replace {SUBNET}.0/24 dev eth0 proto kernel "
+                     f"scope link src {ip} rto_min {RTO_MIN}\n")
+            # acks=reflect: an accepted socket takes the DSCP of its SYN,
+            # so a band's ACKs travel in that band (libp3 leaves receiving
+            # sockets untagged, i.e. in p3's default band).
+            sh(f"ip netns exec {self.ns(h)} sysctl -qw "
+               "net.ipv4.tcp_early_retrans=0 "
+               f"net.ipv4.tcp_limit_output_bytes={TSQ_LIMIT} "
+               f"net.ipv4.tcp_reflect_tos={int(self.acks == 'reflect')}")
             # Small GSO packets: a 64 KB one lasts ~0.5 s on these
             # scaled-down links, and no qdisc can preempt a packet once it
             # left; wire-size packets cost too much CPU under TCG.
@@ -140,6 +162,12 @@ class Cluster:
                 cmds = (f"qdisc add dev eth0 root handle 1: p3 bands "
                         f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
                         f" tag dscp limit {QLIMIT} rate {bits}bit\n")
+                if self.acks == "urgent":
+                    # Pure ACKs (IP length < 64) to band 0: receiving
+                    # sockets send nothing else, so no flow is reordered.
+                    cmds += ("filter add dev eth0 parent 1: protocol ip prio 1"
+                             " u32 match ip protocol 6 0xff match u16 0x0000 "
+                             "0xffc0 at 2 flowid 1:1\n")
             else:
                 cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
                         f" burst {TBF_BURST} latency 10s\n"
@@ -148,8 +176,9 @@ class Cluster:
             sh(f"tc -n {self.ns(h)} -batch -", input=cmds)
 
     def qdisc_stats(self):
-        """Drops, and p3's preemptions, summed over the hosts."""
-        tot = {"drops": 0, "preemptions": 0, "sent_bytes": 0}
+        """Drops and p3's preemptions summed over the hosts; bytes sent by
+        each host."""
+        tot = {"drops": 0, "preemptions": 0, "sent": {}}
         for h, _ in self.hosts:
             try:
                 qs = json.loads(sh(f"tc -n {self.ns(h)} -s -j qdisc show dev eth0"))
@@ -159,8 +188,24 @@ class Cluster:
                 if q.get("root") or q.get("kind") in ("pfifo",):
                     tot["drops"] += q.get("drops", 0)
                 if q.get("root"):
-                    tot["sent_bytes"] += q.get("bytes", 0)
-                tot["preemptions"] += q.get("xstats", {}).get("preemptions", 0)
+                    tot["sent"][h] = q.get("bytes", 0)
+                xs = q.get("xstats", q)
+                tot["preemptions"] += xs.get("preemptions", 0) or 0
+        return tot
+
+    NSTAT = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
+             "TcpExtTCPSpuriousRTOs", "TcpExtTCPSpuriousRtxHostQueues",
+             "TcpExtTCPLossProbes")
+
+    def nstat(self):
+        """TCP counters summed over the hosts (absolute)."""
+        tot = dict.fromkeys(self.NSTAT, 0)
+        for h, _ in self.hosts:
+            for line in sh(f"ip netns exec {self.ns(h)} nstat -asz",
+                           check=False).splitlines():
+                f = line.split()
+                if len(f) >= 2 and f[0] in tot:
+                    tot[f[0]] += int(f[1])
         return tot
 
 
@@ -192,6 +237,29 @@ def thread_cpu(pids):
     return out
 
 
+def tx_bytes(dev="eth0"):
+    """Bytes @dev sent, in the caller's namespace (/proc/net/dev follows
+    the reader's network namespace)."""
+    with open("/proc/self/net/dev") as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name.strip() == dev:
+                return int(rest.split()[8])
+    return 0
+
+
+def sample_tx(ctl, period=0.25):
+    """Samples this host's sent bytes until the controller asks for them."""
+    samples = []
+    while True:
+        samples.append((time.monotonic(), tx_bytes()))
+        r, _, _ = select.select([ctl.r], [], [], period)
+        if r:
+            ctl.wait("report")
+            ctl.send(samples=samples)
+            return
+
+
 # ------------------------------------------------------------- children
 
 class Child:
@@ -213,6 +281,7 @@ class Child:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 enter_netns(netns)
+                p3.tag_config("dscp", NOTSENT_LOWAT)
                 _libc.prctl(PR_SET_NAME, (name.rstrip("0123456789") +
                                           "-main").encode(), 0, 0, 0)
                 ctl = Ctl(os.fdopen(c_r, "r"), os.fdopen(c_w, "w"))
@@ -275,8 +344,9 @@ class Ctl:
         raise RuntimeError("controller went away")
 
 
-def gather(children, key, timeout):
-    """Waits until every child sent a message with @key; returns them."""
+def gather(children, key, timeout, progress=None):
+    """Waits until every child sent a message with @key; returns them.
+    Messages with "progress" go to @progress meanwhile."""
     want = {c.rfd: c for c in children}
     got = {}
     deadline = time.monotonic() + timeout
@@ -294,6 +364,8 @@ def gather(children, key, timeout):
                     raise RuntimeError(msg["error"])
                 if key in msg:
                     got[c.name] = msg
+                elif "progress" in msg and progress:
+                    progress(msg["progress"])
     return got
 
 
@@ -326,7 +398,7 @@ def sender(chans, q, j, to_server):
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"
-    pump = min(PUMP_S, 8192 / j.rate)
+    pump = min(PUMP_S, NOTSENT_LOWAT / 2 / j.rate)
     busy = False
     while True:
         try:
@@ -419,6 +491,7 @@ def server_main(ctl, j, sid, cfg):
     for w in range(W):
         threading.Thread(target=wrap, args=(receive, w, push[w]),
                          daemon=True).start()
+    sample_tx(ctl)
     while True:
         time.sleep(3600)
 
@@ -458,6 +531,8 @@ def worker_main(ctl, j, wid, cfg):
     cond = threading.Condition()
     ready = [0] * L                     # newest iteration with parameters
     got = [0] * L
+    arrive = [[None] * L for _ in range(iters)]
+    bwd_end = []
     txq = queue.Queue()
 
     def receive(s, ch):
@@ -475,6 +550,7 @@ def worker_main(ctl, j, wid, cfg):
                     if got[la] == nsrv[la]:
                         got[la] = 0
                         ready[la] = it
+                        arrive[it][la] = time.monotonic()
                         cond.notify_all()
 
     wrap = fatal(ctl, f"worker {wid}")
@@ -484,7 +560,7 @@ def worker_main(ctl, j, wid, cfg):
         threading.Thread(target=wrap, args=(receive, s, pull[s]),
                          daemon=True).start()
 
-    starts, stalls = [], []
+    starts, stalls, sent = [], [], []
     t = time.monotonic()
     for it in range(iters):
         stall = 0.0
@@ -498,6 +574,9 @@ def worker_main(ctl, j, wid, cfg):
                 stall += t - w0
             if la == 0:
                 starts.append(t)
+                sent.append(tx_bytes())
+                if wid == 0 and cfg.get("progress"):
+                    ctl.send(progress=it)
                 if it == iters - 1:
                     break
             t += j.fwd[la]
@@ -511,7 +590,10 @@ def worker_main(ctl, j, wid, cfg):
                 if push_keys[la][s]:
                     txq.put((s, push_keys[la][s], it))
         stalls.append(stall)
-    ctl.send(result={"starts": starts, "stalls": stalls})
+        bwd_end.append(t)
+    trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None
+    ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
+                     "trace": trace})
     while True:
         time.sleep(3600)
 
@@ -572,14 +654,14 @@ def sink_main(ctl, cfg):
         time.sleep(3600)
 
 
-def calibrate(cluster, rate, seconds=5.0):
+def calibrate(cluster, rate, seconds=3.0):
     """Goodput of one bulk TCP flow through each shaper at @rate."""
     out = {}
     for mode in ("p3kernel", "fifo"):
         cluster.shape(mode, rate)
         now = time.monotonic()
-        cfg = {"bulk_port": BULK_PORT + 999, "t_from": now + 6,
-               "t_to": now + 6 + seconds}
+        cfg = {"bulk_port": BULK_PORT + 999, "t_from": now + 4,
+               "t_to": now + 4 + seconds}
         kids = []
         try:
             kids.append(Child("sink", cluster.ns("store"), sink_main, cfg))
@@ -600,12 +682,13 @@ def calibrate(cluster, rate, seconds=5.0):
 
 # ------------------------------------------------------------ one run
 
-def run_one(cluster, j, iters, warmup, bulk, port):
+def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
     """Runs job @j once; returns the result record."""
     cluster.shape(j.mode, j.rate)
     ideal = j.ideal()
+    tcp0 = cluster.nstat()
     cfg = {"port": port, "bulk_port": BULK_PORT + port % 1000,
-           "iters": warmup + iters + 1,
+           "iters": warmup + iters + 1, "progress": progress is not None,
            "worker_ips": [ip for _, ip in cluster.workers],
            "server_ips": [ip for _, ip in cluster.servers]}
     kids = []
@@ -633,7 +716,20 @@ def run_one(cluster, j, iters, warmup, bulk, port):
             c.send({"cmd": "go"})
         # A generous bound: FIFO with no overlap at all, three times over.
         bound = cfg["iters"] * 3 * (ideal["compute_s"] + 3 * ideal["link_s"])
-        res = gather(workers, "result", bound + 120)
+        t_last = [t0]
+
+        def tick(it):
+            now = time.monotonic()
+            progress(f"iteration {it}/{cfg['iters'] - 1} "
+                     f"({'warm-up' if it <= warmup else 'timed'}), "
+                     f"last took {now - t_last[0]:.2f} s")
+            t_last[0] = now
+
+        res = gather(workers, "result", bound + 120,
+                     tick if progress else None)
+        for c in servers:
+            c.send({"cmd": "report"})
+        srv = gather(servers, "samples", 60)
         wall = time.monotonic() - t0
         cpu1 = cpu_times()
         th1 = thread_cpu([c.pid for c in kids])
@@ -644,6 +740,23 @@ def run_one(cluster, j, iters, warmup, bulk, port):
         for c in reversed(kids):
             c.kill()
     q = cluster.qdisc_stats()
+    tcp1 = cluster.nstat()
+    tcp = {k: tcp1[k] - tcp0[k] for k in tcp0}
+    # Link use in the timed window (from worker 0's clock).
+    st0 = res["w0"]["result"]["starts"]
+    ta, tb = st0[warmup], st0[-1]
+    wu = [(r["result"]["sent"][-1] - r["result"]["sent"][warmup]) /
+          (j.rate * (r["result"]["starts"][-1] - r["result"]["starts"][warmup]))
+          for r in res.values()]
+
+    def at(samples, t):
+        return min(samples, key=lambda x: abs(x[0] - t))
+
+    su = []
+    for r in srv.values():
+        (t1, b1), (t2, b2) = at(r["samples"], ta), at(r["samples"], tb)
+        su.append((b2 - b1) / (j.rate * (t2 - t1)) if t2 > t1 else 0)
+    util = {"workers": sum(wu) / len(wu), "servers": sum(su) / len(su)}
     per = []
     stall = []
     for name in sorted(res):
@@ -656,7 +769,7 @@ def run_one(cluster, j, iters, warmup, bulk, port):
              for i, n in ((2, "user"), (3, "system"), (4, "irq"))}
     rec = j.describe()
     rec.update({
-        "bulk": bool(bulk), "iters": iters, "warmup": warmup,
+        "bulk": bool(bulk), "acks": cluster.acks, "iters": iters, "warmup": warmup,
         "iter_s": it_s, "iter_s_workers": per,
         "stall_s": sum(stall) / len(stall),
         "samples_per_s": j.samples_per_s(it_s),
@@ -664,7 +777,9 @@ def run_one(cluster, j, iters, warmup, bulk, port):
         "compute_s": ideal["compute_s"], "link_s": ideal["link_s"],
         "wall_s": wall, "cpu_busy": 1 - di / dt if dt else None,
         "cpu_split": split, "cpu_procs": pcpu,
-        "qdisc": q,
+        "qdisc": q, "tcp": tcp, "link_util": util,
+        "trace_w0": res["w0"]["result"]["trace"],
+        "starts_w0": res["w0"]["result"]["starts"],
     })
     return rec
 
@@ -677,8 +792,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="vgg19")
     ap.add_argument("--modes", default="fifo,slice,p3user,p3kernel")
-    ap.add_argument("--gbps", default="10",
+    ap.add_argument("--gbps", default="4",
                     help="real-equivalent link rates (comma-separated)")
+    ap.add_argument("--grid", default="",
+                    help="per-model rates, e.g. 'vgg19=1,2 sockeye=2,4' "
+                    "(overrides --gbps for those models)")
+    ap.add_argument("--bulk-gbps", default="",
+                    help="per-model rates of the bulk runs, same syntax as "
+                    "--grid (default: the model's rates)")
     ap.add_argument("--bulk", default="none", choices=("none", "only", "both"),
                     help="co-located bulk upload on every worker host")
     ap.add_argument("--bulk-modes", default="fifo,p3user,p3kernel",
@@ -698,26 +819,43 @@ def main():
     ap.add_argument("--calibrate", action="store_true",
                     help="first measure one bulk flow through each shaper "
                     "at every rate of the sweep")
+    ap.add_argument("--acks", default="urgent",
+                    choices=("default", "reflect", "urgent"),
+                    help="p3kernel: where TCP's pure ACKs go: p3's default "
+                    "band (receiving sockets are untagged), the band of "
+                    "their flow (tcp_reflect_tos), or band 0 (u32 filter)")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--progress", action="store_true",
+                    help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",
                     help="leave the namespaces up afterwards")
     args = ap.parse_args()
     if os.geteuid():
         sys.exit("emulate.py: needs root (run it in the VM: selftests/vm-run)")
 
+    def grid(spec):
+        return {m: parse_list(g, float) for m, g in
+                (x.split("=", 1) for x in spec.split())}
+
+    rates, bulk_rates = grid(args.grid), grid(args.bulk_gbps)
     plan = []
     bulk_modes = parse_list(args.bulk_modes)
     for _ in range(args.repeat):
         for model in parse_list(args.models):
-            for g in parse_list(args.gbps, float):
-                if args.bulk in ("none", "both"):
-                    plan += [(model, m, g, False)
-                             for m in parse_list(args.modes)]
-                if args.bulk in ("only", "both"):
-                    plan += [(model, m, g, True) for m in bulk_modes]
+            gs = rates.get(model, parse_list(args.gbps, float))
+            if args.bulk in ("none", "both"):
+                plan += [(model, m, g, False) for g in gs
+                         for m in parse_list(args.modes)]
+            if args.bulk in ("only", "both"):
+                plan += [(model, m, g, True)
+                         for g in bulk_rates.get(model, gs)
+                         for m in bulk_modes]
     profiles = {m: models.profile(m) for m in parse_list(args.models)}
-    cluster = Cluster(args.workers, args.servers)
+    cluster = Cluster(args.workers, args.servers, args.acks)
     cluster.up()
+    log(f"emulate: {args.workers} workers, {args.servers} servers"
+        f"{' and a storage host' if args.bulk != 'none' else ''} up; "
+        f"{len(plan)} runs")
     out = open(args.out, "a") if args.out else sys.stdout
     failed = 0
     try:
@@ -739,8 +877,10 @@ def main():
             tag = (f"[{n}/{len(plan)}] {model} {mode}{'+bulk' if bulk else ''}"
                    f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")
             try:
+                prog = (lambda m, tag=tag: log(f"    {tag}: {m}")) \
+                    if args.progress else None
                 rec = run_one(cluster, j, args.iters, args.warmup, bulk,
-                              7000 + 10 * (n % 200))
+                              7000 + 10 * (n % 200), prog)
             except Exception as e:          # one bad run must not end a sweep
                 failed += 1
                 log(f"{tag}: FAILED: {e}")
@@ -754,6 +894,9 @@ def main():
                     log(f"    cpu {json.dumps(rec['cpu_split'])} procs "
                         f"{json.dumps(rec['cpu_procs'])} workers "
                         f"{rec['iter_s_workers']}")
+                    log(f"    tcp {json.dumps(rec['tcp'])} link use "
+                        f"{json.dumps(rec['link_util'])} preemptions "
+                        f"{rec['qdisc']['preemptions']}")
             out.write(json.dumps(rec) + "\n")
             out.flush()
     finally:

@@ -29,10 +29,10 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "userlib", "python"))
 
 EMU_COMPUTE_S = 3.0                 # emulated compute per iteration
-EMU_MODEL_BYTES = 256 << 10         # emulated parameter bytes per model
+EMU_MODEL_BYTES = 512 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
-TRAIN_BANDS = 7                     # levels 0..6; band 7 is left to
+TRAIN_BANDS = 15                    # levels 0..14; band 15 is left to
 QDISC_BANDS = TRAIN_BANDS + 1       # untagged traffic (the default band)
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
