@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(REPO, "selftests"))
 sys.path.insert(0, os.path.join(REPO, "bench", "preempt"))
 
 import p3lib  # noqa: E402
-from nsutil import Qstats, dev_counters, run, tc_batch  # noqa: E402
+from nsutil import (Qstats, dev_counters, provenance, run,  # noqa: E402
+                    tc_batch)
 from p3lib import RADDR, RCV, RDEV, SDEV, SND  # noqa: E402
 
 FLOOD = os.path.join(REPO, "build", "bench", "overhead", "udpflood")
@@ -45,7 +46,12 @@ QDISCS = {
     "fq": "fq",
     "p3 bands 8": "p3 bands 8",
     "p3 bands 64": "p3 bands 64",
+    # References: no qdisc at all, and two qdiscs that, like p3 and fq,
+    # always enqueue (pfifo_fast sends straight to the driver when it is
+    # empty, TCQ_F_CAN_BYPASS); fq_codel is systemd's default qdisc.
     "noqueue": "noqueue",
+    "prio": "prio",
+    "fq_codel": "fq_codel",
 }
 DPORT = 9000
 
@@ -84,7 +90,7 @@ def main():
                                  formatter_class=argparse.
                                  RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--burst", type=int, default=32)
@@ -137,7 +143,7 @@ def main():
     res = {"kernel": platform.release(), "cpus": os.cpu_count(),
            "quick": cfg.quick, "size": cfg.size, "burst": cfg.burst,
            "seconds": cfg.seconds, "reps": cfg.reps, "flows": flows,
-           "qdiscs": qdiscs, "runs": runs,
+           "qdiscs": qdiscs, "runs": runs, **provenance(),
            "kernel_problems": klog.new_problems(),
            "vm_seconds": time.monotonic() - t_begin}
     for nflows in flows:

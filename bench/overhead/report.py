@@ -25,12 +25,14 @@ def main():
     lines = [f"# Qdisc overhead ({'quick' if res['quick'] else 'full'} run)",
              "",
              f"Kernel {res['kernel']}, {res['cpus']} vCPUs (QEMU TCG), one "
-             f"boot, {res['vm_seconds']:.0f} s in the VM.  One sender "
+             f"boot, {res['vm_seconds']:.0f} s in the VM; commit "
+             f"{res.get('git', '?')}, sch_p3.ko sha256 "
+             f"{res.get('sch_p3_sha256', '?')}.  One sender "
              f"thread on CPU 0: {res['size']}-byte UDP payloads, "
              f"sendmmsg bursts of {res['burst']}, {res['seconds']:.0f} s "
              f"per measurement, {res['reps']} rounds with the qdisc order "
-             "rotating.  pps is counted by the root qdisc (`Sent ... pkt`;"
-             " noqueue: by the sender).  Ratios compare medians with "
+             "rotating.  pps is counted by the root qdisc (its packet "
+             "counter; noqueue: by the sender).  Ratios compare medians with "
              f"{BASE} at the same flow count; the range is min–max over "
              "the rounds.", "",
              "| flows | qdisc | median kpps | range kpps | ÷ pfifo_fast | "

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 # Qdisc overhead benchmark: builds the sender, boots the VM once, reports.
 #
-#   bench/overhead/run.sh [--quick] [--kernel VER] [overhead.py options...]
+#   bench/overhead/run.sh [--quick] [--kernel VER] [--out DIR]
+#                         [overhead.py options...]
 #
-# Writes build/bench/overhead/{results.json,results.md}.  Default kernel
+# Writes DIR (default build/bench/overhead) /{results.json,results.md};
+# DIR must be inside the repo (the VM sees only it).  Default kernel
 # 6.12, as bench/preempt; --kernel 6.1 for Debian 12's stock kernel.
 # About 3 minutes of VM time with the defaults, 1 with --quick.
 set -eu
@@ -15,6 +17,7 @@ args=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--kernel) kernel=${2:?}; shift 2 ;;
+	--out) OUT=${2:?}; shift 2 ;;
 	*) args+=("$1"); shift ;;
 	esac
 done
@@ -26,9 +29,12 @@ if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
 	make --no-print-directory module tc >&2
 fi
 mkdir -p "$OUT"
-${CC:-cc} -O2 -Wall -Wextra -o "$OUT/udpflood" bench/overhead/udpflood.c
-wait_quiet
-selftests/vm-run --kernel "$kernel" --timeout 1200 -- \
+mkdir -p build/bench/overhead
+${CC:-cc} -O2 -Wall -Wextra -o build/bench/overhead/udpflood \
+	bench/overhead/udpflood.c
+bench_lock
+P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" --timeout 1200 -- \
 	/usr/bin/python3 bench/overhead/overhead.py --out "$OUT" "${args[@]}"
+bench_unlock
 /usr/bin/python3 bench/overhead/report.py "$OUT" >/dev/null
 echo "run.sh: report in $OUT/results.md" >&2

@@ -12,7 +12,9 @@ remount: a `p3lib.tc()` call costs about a second.  So:
     dev_counters() read /proc in a netns, with no exec at all.
 """
 import ctypes
+import hashlib
 import os
+import platform
 import socket
 import struct
 import subprocess
@@ -72,6 +74,22 @@ def tc_batch(ns, cmds, force=False):
     stop the others."""
     argv = ["tc"] + (["-force"] if force else []) + ["-batch", "-"]
     return run(ns, argv, input="\n".join(cmds) + "\n", check=not force)
+
+
+def provenance():
+    """What was measured: the repo's commit and the module's hash."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    ko = os.path.join(repo, "build", "kmod", platform.release(), "sch_p3.ko")
+    r = subprocess.run(["git", "-C", repo, "describe", "--always", "--dirty"],
+                       text=True, stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL)
+    try:
+        with open(ko, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()[:12]
+    except OSError:
+        sha = None
+    return {"git": r.stdout.strip() or None, "sch_p3_sha256": sha}
 
 
 def _proc_net(ns, name):

@@ -55,8 +55,8 @@ sys.path.insert(0, HERE)
 
 import p3lib  # noqa: E402
 import p3t    # noqa: E402
-from nsutil import (InNetns, Qstats, netstat, run, setns,  # noqa: E402
-                    tc_batch)
+from nsutil import (InNetns, Qstats, netstat, provenance,  # noqa: E402
+                    run, setns, tc_batch)
 from p3lib import PORT, RADDR, RCV, SDEV, SND  # noqa: E402
 
 UPORT = PORT + 1        # the urgent server; bulk and UDP go to the sink
@@ -633,6 +633,10 @@ def main():
     ap.add_argument("--tsq", action=argparse.BooleanOptionalAction,
                     default=True, help="run the TSQ experiment")
     ap.add_argument("--tsq-cap", type=float, default=40.0)
+    ap.add_argument("--gso-max-segs", type=int, default=0,
+                    help="cap s0's GSO packets at this many segments in "
+                    "the sessions (a sensitivity check: the default, 0, "
+                    "leaves the 64 KB GSO packets of a real TSO NIC)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 4 bulk flows, 256 KB, 3 messages")
     cfg = ap.parse_args()
@@ -660,11 +664,16 @@ def main():
     res = {"kernel": platform.release(), "rate": cfg.rate,
            "rate_bps": p3lib.parse_rate(cfg.rate), "quick": cfg.quick,
            "tbf_burst": TBF_BURST, "cpus": os.cpu_count(),
+           "gso_max_segs": cfg.gso_max_segs,
+           **provenance(),
            "config": {k: v for k, v in vars(cfg).items()
                       if isinstance(v, (int, float, str, list, bool))},
            "qdiscs": {q: {"child": QDISCS[q][0], "tags": QDISCS[q][1]}
                       for q in cfg.qdisc_list},
            "sessions": [], "tsq": []}
+    if cfg.gso_max_segs:
+        run(SND, ["ip", "link", "set", "dev", SDEV, "gso_max_segs",
+                  str(cfg.gso_max_segs)])
     total = len(cfg.qdisc_list) * len(cfg.bulk)
     group = 0
     try:
@@ -688,6 +697,8 @@ def main():
                     f"{rec['link_Bps'] * 8e-6:.1f} Mbit/s; median ms "
                     f"{', '.join(meds)} ({time.monotonic() - t:.0f} s)")
         if cfg.tsq:
+            run(SND, ["ip", "link", "set", "dev", SDEV, "gso_max_segs",
+                      "65535"])
             res["tsq"] = tsq_experiment(cfg, urgent, qs)
     finally:
         sink.stop()

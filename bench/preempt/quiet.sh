@@ -1,24 +1,38 @@
 # SPDX-License-Identifier: GPL-2.0
-# Sourced by the benchmark run.sh scripts: wait_quiet holds a measuring
-# run back while other QEMU guests share the host, since timings taken
-# under CPU contention mean nothing.  P3_BENCH_NOWAIT=1 skips the wait;
+# Sourced by the benchmark run.sh scripts.  Timings taken while another
+# TCG guest (or a compiler) shares the 2-core host mean nothing, so
+# bench_lock takes vm-run's one-guest-at-a-time lock for the whole run,
+# then waits until no guest that ignores the lock runs and the load has
+# settled.  The caller then runs vm-run with P3_VM_PARALLEL=1 (it holds
+# the lock already).  P3_BENCH_NOWAIT=1 skips the waiting (not the lock);
 # P3_BENCH_WAIT_MAX (seconds, default 1800) bounds it, after which the run
 # goes ahead with a warning.
 
-wait_quiet() {
+bench_lock() {
 	local waited=0 max=${P3_BENCH_WAIT_MAX:-1800} n load
+	exec 9>>/tmp/p3-vm-run.lock
+	if ! flock -n 9; then
+		echo "run.sh: waiting for another guest to finish (vm-run lock)" >&2
+		flock 9
+	fi
 	[ "${P3_BENCH_NOWAIT:-0}" = 1 ] && return 0
 	while :; do
 		n=$(pgrep -c qemu-system || true)
 		load=$(cut -d' ' -f1 /proc/loadavg)
-		[ "${n:-0}" -eq 0 ] && return 0
-		if [ "$waited" -ge "$max" ]; then
-			echo "run.sh: WARNING: $n other VM(s) running (load $load);" \
-				"measuring anyway, results are unreliable" >&2
+		if [ "${n:-0}" -eq 0 ] && awk "BEGIN { exit !($load < 1.0) }"; then
 			return 0
 		fi
-		echo "run.sh: $n other VM(s) running (load $load), waiting" >&2
+		if [ "$waited" -ge "$max" ]; then
+			echo "run.sh: WARNING: host busy ($n other guest(s), load" \
+				"$load); measuring anyway, results are unreliable" >&2
+			return 0
+		fi
+		echo "run.sh: host busy ($n other guest(s), load $load), waiting" >&2
 		sleep 30
 		waited=$((waited + 30))
 	done
+}
+
+bench_unlock() {
+	exec 9>&-
 }

@@ -284,7 +284,11 @@ def main():
           f"run)", "",
           f"Kernel {res['kernel']}, {res['cpus']} vCPUs (QEMU TCG); link "
           f"{res['rate']} (tbf burst {res['tbf_burst']} B, or p3 `rate`); "
-          f"{res['vm_seconds']:.0f} s in the VM.  Urgent message sizes "
+          f"{res['vm_seconds']:.0f} s in the VM; commit "
+          f"{res.get('git', '?')}, sch_p3.ko sha256 "
+          f"{res.get('sch_p3_sha256', '?')}"
+          f"{', GSO packets capped at %d segments' % res['gso_max_segs'] if res.get('gso_max_segs') else ''}"
+          ".  Urgent message sizes "
           f"{', '.join(str(s >> 10) + ' KB' for s in cfg['sizes'])}; up to "
           f"{cfg['reps']} messages per cell (fewer once a cell has used "
           f"{cfg['cell_budget']} s, at least {cfg['min_reps']}); a message "

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 # Preemption-latency benchmark: one VM boot, then the report.
 #
-#   bench/preempt/run.sh [--quick] [--kernel VER] [preempt.py options...]
+#   bench/preempt/run.sh [--quick] [--kernel VER] [--out DIR]
+#                        [preempt.py options...]
 #
-# Writes build/bench/preempt/{results.json,results.md,preempt.png,tsq.png}.
+# Writes DIR (default build/bench/preempt) /{results.json,results.md,
+# preempt.png,tsq.png}; DIR must be inside the repo (the VM sees only it).
 # Default kernel 6.12 (fq has priority bands from 6.9); --kernel 6.1 runs
 # the same on Debian 12's stock kernel.  About 10 minutes of VM time with
 # the defaults, 2 with --quick.  Progress on stderr.
@@ -16,6 +18,7 @@ args=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--kernel) kernel=${2:?}; shift 2 ;;
+	--out) OUT=${2:?}; shift 2 ;;
 	*) args+=("$1"); shift ;;
 	esac
 done
@@ -27,8 +30,9 @@ if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
 	make --no-print-directory module tc >&2
 fi
 mkdir -p "$OUT"
-wait_quiet
-selftests/vm-run --kernel "$kernel" --timeout 2400 -- \
+bench_lock
+P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" --timeout 2400 -- \
 	/usr/bin/python3 bench/preempt/preempt.py --out "$OUT" "${args[@]}"
+bench_unlock
 /usr/bin/python3 bench/preempt/report.py "$OUT" >/dev/null
 echo "run.sh: report in $OUT/results.md" >&2
