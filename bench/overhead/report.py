@@ -8,6 +8,11 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "preempt"))
+
+import hostmon  # noqa: E402
+
 BASE = "pfifo_fast"
 TARGET = 0.95
 
@@ -21,52 +26,59 @@ def main():
     with open(os.path.join(outdir, "results.json")) as f:
         res = json.load(f)
     runs = res["runs"]
-    med = {}
+    med, best = {}, {}
+    for nflows in res["flows"]:
+        for q in res["qdiscs"]:
+            v = [pps(r) for r in runs if r["flows"] == nflows and
+                 r["qdisc"] == q]
+            med[(nflows, q)] = statistics.median(v)
+            best[(nflows, q)] = max(v)
     lines = [f"# Qdisc overhead ({'quick' if res['quick'] else 'full'} run)",
              "",
              f"Kernel {res['kernel']}, {res['cpus']} vCPUs (QEMU TCG), one "
              f"boot, {res['vm_seconds']:.0f} s in the VM; commit "
              f"{res.get('git', '?')}, sch_p3.ko sha256 "
-             f"{res.get('sch_p3_sha256', '?')}.  One sender "
-             f"thread on CPU 0: {res['size']}-byte UDP payloads, "
-             f"sendmmsg bursts of {res['burst']}, {res['seconds']:.0f} s "
-             f"per measurement, {res['reps']} rounds with the qdisc order "
-             "rotating.  pps is counted by the root qdisc (its packet "
-             "counter; noqueue: by the sender).  Ratios compare medians with "
-             f"{BASE} at the same flow count; the range is min–max over "
-             "the rounds.", "",
-             "| flows | qdisc | median kpps | range kpps | ÷ pfifo_fast | "
-             "receiver kpps | send errors |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+             f"{res.get('sch_p3_sha256', '?')}.  One sender thread on CPU 0: "
+             f"{res['size']}-byte UDP payloads, sendmmsg bursts of "
+             f"{res['burst']}, {res['seconds']:.0f} s per measurement, "
+             f"{res['reps']} rounds with the qdisc order rotating.  pps is "
+             "counted by the root qdisc (its packet counter; noqueue: by the "
+             "sender).  Ratios compare with pfifo_fast at the same flow "
+             "count, by median and by best round (other load on the host "
+             "only ever slows a round down).", "",
+             hostmon.summary(os.path.join(outdir, "hostmon.json")), "",
+             "| flows | qdisc | median kpps | best kpps | min kpps | "
+             "÷ pfifo_fast (median) | ÷ pfifo_fast (best) | receiver kpps "
+             "| send errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for nflows in res["flows"]:
         for q in res["qdiscs"]:
             rs = [r for r in runs if r["flows"] == nflows and r["qdisc"] == q]
-            v = [pps(r) for r in rs]
-            med[(nflows, q)] = statistics.median(v)
-        base = med.get((nflows, BASE))
-        for q in res["qdiscs"]:
-            rs = [r for r in runs if r["flows"] == nflows and r["qdisc"] == q]
-            v = [pps(r) for r in rs]
-            m = med[(nflows, q)]
             rx = statistics.median(r["rx_pps"] for r in rs)
             lines.append(
-                f"| {nflows} | {q} | {m / 1e3:.1f} | "
-                f"{min(v) / 1e3:.1f}–{max(v) / 1e3:.1f} | "
-                f"{m / base:.3f} | {rx / 1e3:.1f} | "
-                f"{sum(r['errors'] for r in rs)} |")
+                f"| {nflows} | {q} | {med[(nflows, q)] / 1e3:.1f} | "
+                f"{best[(nflows, q)] / 1e3:.1f} | "
+                f"{min(pps(r) for r in rs) / 1e3:.1f} | "
+                f"{med[(nflows, q)] / med[(nflows, BASE)]:.3f} | "
+                f"{best[(nflows, q)] / best[(nflows, BASE)]:.3f} | "
+                f"{rx / 1e3:.1f} | {sum(r['errors'] for r in rs)} |")
     lines += ["", "## Targets", ""]
     for nflows in res["flows"]:
-        base = med[(nflows, BASE)]
         for q in ("p3 bands 8", "p3 bands 64"):
             if (nflows, q) not in med:
                 continue
-            r = med[(nflows, q)] / base
-            lines.append(f"- {nflows} flows, {q}: {r:.3f} of {BASE} → "
-                         f"**{'met' if r >= TARGET else 'missed'}** "
+            rm = med[(nflows, q)] / med[(nflows, BASE)]
+            rb = best[(nflows, q)] / best[(nflows, BASE)]
+            ok = "met" if min(rm, rb) >= TARGET else \
+                "missed" if max(rm, rb) < TARGET else "mixed"
+            lines.append(f"- {nflows} flow(s), {q}: {rm:.3f} (median), "
+                         f"{rb:.3f} (best) of {BASE} → **{ok}** "
                          f"(target ≥ {TARGET})")
         if (nflows, "p3 bands 8") in med and (nflows, "p3 bands 64") in med:
-            r = med[(nflows, "p3 bands 64")] / med[(nflows, "p3 bands 8")]
-            lines.append(f"- {nflows} flows, 64 bands ÷ 8 bands: {r:.3f}")
+            rm = med[(nflows, "p3 bands 64")] / med[(nflows, "p3 bands 8")]
+            rb = best[(nflows, "p3 bands 64")] / best[(nflows, "p3 bands 8")]
+            lines.append(f"- {nflows} flow(s), 64 bands ÷ 8 bands: {rm:.3f} "
+                         f"(median), {rb:.3f} (best)")
     if res.get("kernel_problems"):
         lines += ["", "## Kernel log problems", ""] + \
             [f"    {ln}" for ln in res["kernel_problems"]]

@@ -33,8 +33,16 @@ mkdir -p build/bench/overhead
 ${CC:-cc} -O2 -Wall -Wextra -o build/bench/overhead/udpflood \
 	bench/overhead/udpflood.c
 bench_lock
+/usr/bin/python3 bench/preempt/hostmon.py "$OUT/hostmon.json" &
+mon=$!
+rc=0
 P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" --timeout 1200 -- \
-	/usr/bin/python3 bench/overhead/overhead.py --out "$OUT" "${args[@]}"
+	/usr/bin/python3 bench/overhead/overhead.py --out "$OUT" "${args[@]}" || rc=$?
+kill $mon
+wait $mon || true
 bench_unlock
+[ $rc -eq 0 ] || echo "run.sh: the benchmark exited $rc" >&2
+[ -f "$OUT/results.json" ] || exit $rc
 /usr/bin/python3 bench/overhead/report.py "$OUT" >/dev/null
 echo "run.sh: report in $OUT/results.md" >&2
+exit $rc

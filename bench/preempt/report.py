@@ -10,6 +10,8 @@ import os
 import statistics
 import sys
 
+import hostmon
+
 # Wire bytes of a segment beyond its payload (Ethernet 14, IPv4 20, TCP
 # with timestamps 32) and the payload of a full one on a 1500-byte MTU.
 HDR, MSS = 66, 1448
@@ -104,6 +106,30 @@ def latency_tables(res, summ):
                         f"{fmt_ms(c['med'], cap)} | {fmt_ms(c['p99'], cap)} "
                         f"| {fmt_x(c['med_x'])} | {fmt_x(c['p99_x'])} | "
                         f"{fmt_x(c['med_xg'])} |")
+        lines.append("")
+    return lines
+
+
+def summary_tables(res, summ):
+    """Per number of bulk flows: median completion and its ratio to the
+    MTU bound, every qdisc x size x connection kind."""
+    cap = res["config"]["cap"]
+    sizes = res["config"]["sizes"]
+    lines = []
+    for nbulk in res["config"]["bulk"]:
+        head = "| qdisc | " + " | ".join(
+            f"{s >> 10} KB {m}" for s in sizes for m in ("fresh", "long"))
+        lines += [f"{nbulk} bulk flow{'s' if nbulk > 1 else ''}: median ms "
+                  "(÷ MTU bound)", "", head + " |",
+                  "|---|" + "---:|" * (2 * len(sizes))]
+        for q in res["config"]["qdisc_list"]:
+            cells = []
+            for size in sizes:
+                for mode in ("fresh", "long"):
+                    c = summ.get((q, nbulk, size, mode))
+                    cells.append(f"{fmt_ms(c['med'], cap)} "
+                                 f"({fmt_x(c['med_x'])})" if c else "–")
+            lines.append(f"| {q} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
@@ -295,13 +321,15 @@ def main():
           f"not done after {cfg['cap']} s is cut (\"> cap\").  p99 is the "
           "nearest-rank 99th percentile: with fewer than 100 messages it "
           "is the maximum.", "",
+          hostmon.summary(os.path.join(outdir, "hostmon.json")), "",
           "Bound: the message's wire bytes (8-byte length + payload, "
           f"{HDR} B of headers per {MSS}-byte segment) at the link rate, "
           f"plus one {MTU_FRAME}-byte frame; the last column uses one "
           f"{GSO_FRAME}-byte 64 KB GSO packet instead (both shapers send "
           "a GSO packet whole).", "",
           "## Targets", ""] + targets(res, summ) + [
-          "", "## Completion time", ""] + latency_tables(res, summ) + [
+          "", "## Summary", ""] + summary_tables(res, summ) + [
+          "## Completion time", ""] + latency_tables(res, summ) + [
           "¹ the long-lived connection was cut by the cap and reopened "
           "under load.", "",
           "## Sessions: link, bulk throughput, reordering", ""] + \

@@ -31,8 +31,16 @@ if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
 fi
 mkdir -p "$OUT"
 bench_lock
+/usr/bin/python3 bench/preempt/hostmon.py "$OUT/hostmon.json" &
+mon=$!
+rc=0
 P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" --timeout 2400 -- \
-	/usr/bin/python3 bench/preempt/preempt.py --out "$OUT" "${args[@]}"
+	/usr/bin/python3 bench/preempt/preempt.py --out "$OUT" "${args[@]}" || rc=$?
+kill $mon
+wait $mon || true
 bench_unlock
+[ $rc -eq 0 ] || echo "run.sh: the benchmark exited $rc" >&2
+[ -f "$OUT/results.json" ] || exit $rc
 /usr/bin/python3 bench/preempt/report.py "$OUT" >/dev/null
 echo "run.sh: report in $OUT/results.md" >&2
+exit $rc
