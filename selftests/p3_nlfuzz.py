@@ -694,6 +694,13 @@ class Gen:
 
 P3_MESSAGES = None
 WARNINGS = {"bytes leftover after parsing attributes"}
+# Messages of the netlink attribute validator (lib/nlattr.c): it runs p3's
+# policy on the TCA_OPTIONS nest, and the core's on the rest.
+NLA_MESSAGES = WARNINGS | {"invalid attribute length",
+                           "Unknown attribute type",
+                           "NLA_F_NESTED is missing",
+                           "NLA_F_NESTED not expected",
+                           "Attribute failed policy validation"}
 
 
 def p3_messages():
@@ -982,9 +989,11 @@ def main():
     lines = [f"{total.rejected} refused, {total.with_msg} with an extack "
              f"message ({100.0 * total.with_msg / max(1, total.rejected):.1f}"
              f"%), {sum(total.no_msg.values())} without"]
-    lines.append("messages (origin, errno, count):")
+    lines.append("messages (origin: p3 = sch_p3.c, nla = the attribute "
+                 "validator, core = net/sched; errno, count):")
     for (err, msg), c in total.messages.most_common():
-        origin = "p3" if msg in p3msgs else "core"
+        origin = "p3" if msg in p3msgs else \
+            "nla" if msg in NLA_MESSAGES else "core"
         lines.append(f"  {origin:4} {errno.errorcode.get(err, err):10} "
                      f"{c:7}  {msg}")
     if total.stale:
