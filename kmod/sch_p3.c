@@ -757,8 +757,14 @@ static void p3_config_commit(struct Qdisc *sch, const struct p3_config *cfg,
 
 	if (cfg->bands < q->cfg.bands)
 		p3_fold_bands(q, cfg->bands);
-	if (cfg->rate != q->cfg.rate)
+	if (cfg->rate != q->cfg.rate) {
+		/* Pace at the new rate from now on, and wake up a dequeue that
+		 * the old rate put to sleep until some later time.
+		 */
 		q->time_next_packet = 0;
+		if (q->active)
+			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
+	}
 	q->cfg = *cfg;
 	sch->limit = cfg->limit;
 
