@@ -39,6 +39,7 @@ import argparse
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -809,6 +810,12 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
             hung.append(who)
     if proxy:
         proxy.close()
+    netem_stats = ""
+    if netem:
+        out = sh("tc -s qdisc show dev ifb0", ns=RCV, check=False)
+        m = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", out)
+        if m:
+            netem_stats = f"; netem saw {m[2]} packets, dropped {m[3]}"
 
     def load(path):
         try:
@@ -844,7 +851,7 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
     errs = sorted({e[1].split(":")[-1].strip() for e in r["errors"]}) \
         if r else None
     chk.note(f"{name}: completed {got}, receiver errors {errs}, sender "
-             f"{(s or {}).get('error') if s else 'killed/none'}")
+             f"{(s or {}).get('error') if s else 'killed/none'}{netem_stats}")
 
 
 LIB_CASES = [
