@@ -225,6 +225,9 @@ def test_change_keeps_packets(chk):
     """`tc qdisc change` keeps every queued packet (bands folded into the
     new last band), except those over a lowered limit, which are counted
     as drops; the receiver gets exactly the rest."""
+    # The host's own IPv6 chatter (MLD, router solicitations) would share
+    # the queue and the drops; only the test's packets may be in it.
+    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
     # 1000-byte packets leave once every 10 s: the queue stands still
     # while the test looks, even on a slow emulated CPU.
     p3_root("rate 800bit")
