@@ -17,12 +17,13 @@ the modes differ only in what they are about:
   fifo      MXNet-style shards, whole, in backward order, one socket/peer
   slice     P3's slices (round-robin over servers), same order, one socket
   p3user    slices, one socket per peer, libp3's in-band priority queue
-            (P3's user-space design), TCP_NOTSENT_LOWAT 16 KB
+            (P3's user-space design), small TCP_NOTSENT_LOWAT
   p3kernel  slices on 15 tagged sockets per peer (levels 0..14, DSCP), the
             p3 qdisc on every host
 
 With --bulk each worker host also runs an untagged bulk TCP upload (a
-checkpoint) to a storage host through the same NIC.
+checkpoint, over --bulk-streams connections) to a storage host through the
+same NIC.
 
 Every host runs as a process forked from this one after the imports (a
 fresh python3 with ctypes takes ~10 s to start under TCG); the child enters
@@ -101,7 +102,7 @@ def enter_netns(name):
 class Cluster:
     """The namespaces, the bridge, and each host's egress shaper."""
 
-    def __init__(self, workers, servers, acks="urgent"):
+    def __init__(self, workers, servers, acks="reflect"):
         self.acks = acks
         self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
         self.servers = [(f"s{i}", f"{SUBNET}.{100 + i}")
@@ -618,14 +619,23 @@ def store_main(ctl, cfg):
 
 
 def ckpt_main(ctl, cfg):
-    """A checkpoint upload: untagged, default socket options."""
+    """A checkpoint upload over cfg["streams"] TCP connections: untagged,
+    default socket options."""
     ctl.send(ready=1)
     ctl.wait("connect")
-    s = socket.create_connection((STORE_IP, cfg["bulk_port"]), timeout=60)
+    socks = [socket.create_connection((STORE_IP, cfg["bulk_port"]),
+                                      timeout=60)
+             for _ in range(cfg.get("streams", 1))]
     ctl.send(connected=1)
     buf = bytes(BULK_CHUNK)
-    while True:
-        s.sendall(buf)
+
+    def upload(s):
+        while True:
+            s.sendall(buf)
+
+    for s in socks[1:]:
+        threading.Thread(target=upload, args=(s,), daemon=True).start()
+    upload(socks[0])
 
 
 # ---------------------------------------------------------- calibration
@@ -688,6 +698,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
     ideal = j.ideal()
     tcp0 = cluster.nstat()
     cfg = {"port": port, "bulk_port": BULK_PORT + port % 1000,
+           "streams": bulk,
            "iters": warmup + iters + 1, "progress": progress is not None,
            "worker_ips": [ip for _, ip in cluster.workers],
            "server_ips": [ip for _, ip in cluster.servers]}
@@ -769,7 +780,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
              for i, n in ((2, "user"), (3, "system"), (4, "irq"))}
     rec = j.describe()
     rec.update({
-        "bulk": bool(bulk), "acks": cluster.acks, "iters": iters, "warmup": warmup,
+        "bulk": int(bulk), "acks": cluster.acks, "iters": iters, "warmup": warmup,
         "iter_s": it_s, "iter_s_workers": per,
         "stall_s": sum(stall) / len(stall),
         "samples_per_s": j.samples_per_s(it_s),
@@ -804,6 +815,9 @@ def main():
                     help="co-located bulk upload on every worker host")
     ap.add_argument("--bulk-modes", default="fifo,p3user,p3kernel",
                     help="modes to run with the bulk upload")
+    ap.add_argument("--bulk-streams", default="1",
+                    help="TCP connections of each upload (comma-separated: "
+                    "one set of runs per value)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
@@ -816,10 +830,12 @@ def main():
                     help="emulated parameter bytes of every model")
     ap.add_argument("--slice-bytes", type=int, default=jobmod.SLICE_BYTES)
     ap.add_argument("--out", help="append JSON lines here (else stdout)")
+    ap.add_argument("--resume", action="store_true",
+                    help="skip the runs --out already holds")
     ap.add_argument("--calibrate", action="store_true",
                     help="first measure one bulk flow through each shaper "
                     "at every rate of the sweep")
-    ap.add_argument("--acks", default="urgent",
+    ap.add_argument("--acks", default="reflect",
                     choices=("default", "reflect", "urgent"),
                     help="p3kernel: where TCP's pure ACKs go: p3's default "
                     "band (receiving sockets are untagged), the band of "
@@ -844,12 +860,30 @@ def main():
         for model in parse_list(args.models):
             gs = rates.get(model, parse_list(args.gbps, float))
             if args.bulk in ("none", "both"):
-                plan += [(model, m, g, False) for g in gs
+                plan += [(model, m, g, 0) for g in gs
                          for m in parse_list(args.modes)]
             if args.bulk in ("only", "both"):
-                plan += [(model, m, g, True)
+                plan += [(model, m, g, n)
+                         for n in parse_list(args.bulk_streams, int)
                          for g in bulk_rates.get(model, gs)
                          for m in bulk_modes]
+    if args.resume and args.out and os.path.exists(args.out):
+        done = {}
+        with open(args.out) as f:
+            for line in f:
+                r = json.loads(line)
+                if "mode" in r and "error" not in r:
+                    k = (r["model"], r["mode"], r["gbps"], int(r["bulk"]))
+                    done[k] = done.get(k, 0) + 1
+        left = []
+        for k in plan:
+            if done.get(k, 0):
+                done[k] -= 1
+            else:
+                left.append(k)
+        log(f"emulate: {len(plan) - len(left)} of {len(plan)} runs already "
+            f"in {args.out}")
+        plan = left
     profiles = {m: models.profile(m) for m in parse_list(args.models)}
     cluster = Cluster(args.workers, args.servers, args.acks)
     cluster.up()
@@ -874,7 +908,8 @@ def main():
             j = jobmod.Job(profiles[model], mode, args.workers, args.servers,
                            g, args.compute_s, args.model_bytes,
                            args.slice_bytes)
-            tag = (f"[{n}/{len(plan)}] {model} {mode}{'+bulk' if bulk else ''}"
+            tag = (f"[{n}/{len(plan)}] {model} {mode}"
+                   f"{f'+bulk{bulk}' if bulk else ''}"
                    f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")
             try:
                 prog = (lambda m, tag=tag: log(f"    {tag}: {m}")) \

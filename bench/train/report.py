@@ -58,7 +58,7 @@ class Table:
         acc = collections.defaultdict(list)
         self.meta = {}
         for r in runs:
-            k = (r["model"], r["gbps"], r["bulk"], r["mode"])
+            k = (r["model"], r["gbps"], int(r["bulk"]), r["mode"])
             acc[k].append(r["iter_s"])
             self.meta[k] = r
         self.iter = {k: statistics.median(v) for k, v in acc.items()}
@@ -66,26 +66,30 @@ class Table:
         self.spread = {k: (max(v) - min(v)) / statistics.median(v)
                        for k, v in acc.items() if len(v) > 1}
 
-    def points(self, bulk=False):
+    def bulks(self):
+        """The stream counts of the bulk runs."""
+        return sorted({b for (_, _, b, _) in self.iter if b})
+
+    def points(self, bulk=0):
         pts = sorted({(m, g) for (m, g, b, _) in self.iter if b == bulk},
                      key=lambda x: (ORDER.index(x[0]) if x[0] in ORDER else 9,
                                     x[1]))
         return pts
 
-    def get(self, model, gbps, mode, bulk=False):
+    def get(self, model, gbps, mode, bulk=0):
         if mode == "ideal":
             r = self.any(model, gbps, bulk)
             return r["ideal_iter_s"] if r else None
         return self.iter.get((model, gbps, bulk, mode))
 
-    def any(self, model, gbps, bulk=False):
+    def any(self, model, gbps, bulk=0):
         for mode in jobmod.MODES_MEASURED:
             r = self.meta.get((model, gbps, bulk, mode))
             if r:
                 return r
         return None
 
-    def speedup(self, model, gbps, mode, bulk=False, base="fifo"):
+    def speedup(self, model, gbps, mode, bulk=0, base="fifo"):
         a, b = self.get(model, gbps, base, bulk), self.get(model, gbps, mode,
                                                            bulk)
         return a / b if a and b else None
@@ -160,24 +164,24 @@ def target_table(t):
 
 
 def bulk_table(t):
-    pts = t.points(bulk=True)
-    if not pts:
+    if not t.bulks():
         return None
-    out = ["| model | Gbit/s | FIFO s/iter | P3 user s/iter | P3 kernel "
-           "s/iter | kernel ÷ user throughput | target | without bulk: "
-           "user / kernel s/iter |",
-           "|---|---|---|---|---|---|---|---|"]
-    for model, g in pts:
-        u = t.get(model, g, "p3user", True)
-        k = t.get(model, g, "p3kernel", True)
-        ratio = u / k if u and k else None
-        met = "–" if ratio is None else (f"≥{BULK_TARGET:.1f}x: " + (
-            "yes" if ratio >= BULK_TARGET else "no"))
-        out.append(f"| {TITLES[model]} | {g:g} | "
-                   f"{fmt(t.get(model, g, 'fifo', True))} | {fmt(u)} | "
-                   f"{fmt(k)} | {fmt(ratio)}x | {met} | "
-                   f"{fmt(t.get(model, g, 'p3user'))} / "
-                   f"{fmt(t.get(model, g, 'p3kernel'))} |")
+    out = ["| model | Gbit/s | upload streams | FIFO s/iter | P3 user s/iter "
+           "| P3 kernel s/iter | kernel ÷ user throughput | target | "
+           "without upload: user / kernel s/iter |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for n in t.bulks():
+        for model, g in t.points(bulk=n):
+            u = t.get(model, g, "p3user", n)
+            k = t.get(model, g, "p3kernel", n)
+            ratio = u / k if u and k else None
+            met = "–" if ratio is None else (f"≥{BULK_TARGET:.1f}x: " + (
+                "yes" if ratio >= BULK_TARGET else "no"))
+            out.append(f"| {TITLES[model]} | {g:g} | {n} | "
+                       f"{fmt(t.get(model, g, 'fifo', n))} | {fmt(u)} | "
+                       f"{fmt(k)} | {fmt(ratio)}x | {met} | "
+                       f"{fmt(t.get(model, g, 'p3user'))} / "
+                       f"{fmt(t.get(model, g, 'p3kernel'))} |")
     return "\n".join(out)
 
 
@@ -214,7 +218,7 @@ def plot(t, path, demo=False):
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.2 * rows),
                              squeeze=False)
     style = {"slice": ("tab:gray", "s", "--"), "p3user": ("tab:orange", "^", "-"),
-             "p3kernel": ("tab:blue", "o", "-"), "ideal": ("black", "", ":")}
+             "p3kernel": ("tab:blue", "o", "-"), "ideal": ("black", "_", ":")}
     for ax, model in zip(axes.flat, modelset):
         gs = sorted(g for m, g in t.points() if m == model)
         for mode, (color, marker, ls) in style.items():
@@ -224,13 +228,19 @@ def plot(t, path, demo=False):
             if ys:
                 ax.plot(xs, ys, color=color, marker=marker, ls=ls,
                         label=jobmod.MODE_TITLES[mode])
-        bg = sorted(g for m, g in t.points(bulk=True) if m == model)
-        for mode, color in (("p3user", "tab:orange"), ("p3kernel", "tab:blue")):
-            ys = [t.speedup(model, g, mode, bulk=True) for g in bg]
-            pts = [(g, y) for g, y in zip(bg, ys) if y is not None]
-            if pts:
-                ax.plot(*zip(*pts), color=color, marker="x", ls="none",
-                        ms=9, label=jobmod.MODE_TITLES[mode] + ", with bulk")
+        for n, mk in zip(t.bulks(), "xP*D"):
+            bg = sorted(g for m, g in t.points(bulk=n) if m == model)
+            for mode, color in (("p3user", "tab:orange"),
+                                ("p3kernel", "tab:blue")):
+                # Against FIFO without the upload: what the job keeps.
+                ys = [t.get(model, g, "fifo") / t.get(model, g, mode, n)
+                      if t.get(model, g, "fifo") and t.get(model, g, mode, n)
+                      else None for g in bg]
+                pts = [(g, y) for g, y in zip(bg, ys) if y is not None]
+                if pts:
+                    ax.plot(*zip(*pts), color=color, marker=mk, ls="none",
+                            ms=9, label=f"{jobmod.MODE_TITLES[mode]} + "
+                            f"{n}-stream upload")
         if model in PAPER:
             ax.axhline(PAPER[model], color="tab:red", lw=0.8, ls="-.",
                        label=f"P3 paper (+{PAPER[model] - 1:.0%})")

@@ -3,13 +3,15 @@
 #
 # The full training-emulation sweep, in one VM boot: every model at four
 # link rates in the four measured modes, then the co-located bulk upload
-# (FIFO, P3 in user space, P3 in the kernel) at each model's second rate.
+# (FIFO, P3 in user space, P3 in the kernel; one and four TCP streams per
+# upload) at one network-bound rate per model.
 # Results: build/bench/train/results.jsonl, then report.md and
 # speedup.png from bench/train/report.py.  Progress goes to stderr:
 #   [3/76] vgg19 p3kernel 4gbps (1.2mbit): 3.080 s/iter (...)
 #
 # P3_TRAIN_MODELS, P3_TRAIN_ITERS, P3_TRAIN_REPEAT and P3_KERNEL narrow or
-# widen it; takes about 45 minutes as shipped.
+# widen it; takes about an hour as shipped.  `run.sh --resume` finishes a
+# sweep whose VM was stopped, keeping the runs already recorded.
 set -euo pipefail
 
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
@@ -22,17 +24,23 @@ repeat=${P3_TRAIN_REPEAT:-1}
 kernel=${P3_KERNEL:-6.1}
 # Real-equivalent Gbit/s: compute-to-communication ratios from about 2.5
 # (network-bound) to 0.2 (compute-bound) for every model.
-grid="vgg19=1,2,4,8 resnet50=1,2,4,8 inception3=1,2,4,8 sockeye=2,4,8,16"
+grid="vgg19=1,2,4,8 resnet50=1,2,4,8 inception3=0.5,1,2,4 sockeye=2,4,8,16"
 bulk="vgg19=2 resnet50=2 inception3=1 sockeye=4"
 
 [ -f build/userlib/libp3.so ] && [ -n "$(ls build/kmod/*/sch_p3.ko 2>/dev/null)" ] ||
 	{ echo "run.sh: build first (make)" >&2; exit 1; }
 mkdir -p "$out"
 res=$out/results.jsonl
-[ -s "$res" ] && mv "$res" "$out/results.$(date +%Y%m%d-%H%M%S).jsonl"
+# --resume: carry on with the runs a killed sweep did not finish.
+if [ "${1:-}" = --resume ]; then
+	resume=--resume calibrate=
+else
+	resume= calibrate=--calibrate
+	[ -s "$res" ] && mv "$res" "$out/results.$(date +%Y%m%d-%H%M%S).jsonl"
+fi
 $PY bench/train/models.py --out "$out/profiles" >&2
-selftests/vm-run --kernel "$kernel" --timeout 7200 -- \
-	$PY bench/train/emulate.py --calibrate --models "$models" \
-	--grid "$grid" --bulk both --bulk-gbps "$bulk" \
+${P3_VM_RUN:-selftests/vm-run} --kernel "$kernel" --timeout 7200 -- \
+	$PY bench/train/emulate.py $calibrate $resume --models "$models" \
+	--grid "$grid" --bulk both --bulk-gbps "$bulk" --bulk-streams 1,4 \
 	--iters "$iters" --warmup 1 --repeat "$repeat" --out "$res"
 $PY bench/train/report.py --md "$out/report.md" --png "$out/speedup.png" "$res"
