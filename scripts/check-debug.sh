@@ -93,8 +93,10 @@ suite() {
 	# watchdogs room, they measure the emulator's stalls, not ours. The
 	# ACPI interpreter is so slow there that each virtio device's _PRT
 	# hits the 30 s AML loop timeout: take PCI interrupt routing from the
-	# BIOS tables instead (pci=noacpi), which saves 90 s per boot.
-	P3_VM_APPEND="slub_debug=FZPU pci=noacpi watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
+	# BIOS tables instead (pci=noacpi), which saves 90 s per boot. The
+	# fault tests log a stack per injected failure: a log buffer that
+	# keeps them all, so that guest.sh sees every report.
+	P3_VM_APPEND="slub_debug=FZPU pci=noacpi log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout 14400 --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@" 2>&1 | tee "$out/$name.tap"

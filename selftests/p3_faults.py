@@ -56,7 +56,8 @@ from p3_nlfuzz import (NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
                        P3_LIMIT, P3_QUANTUM, P3_RATE, P3_TAG, RTM_DELQDISC,
                        RTM_GETQDISC, RTM_GETTCLASS, RTM_NEWQDISC,
                        RTM_NEWTCLASS, TC_H_ROOT, TCA_KIND, TCA_OPTIONS,
-                       TCMSG, KernelReports, Rtnl, decode_xstats, in_netns,
+                       TCMSG, KernelLog, KernelReports, Rtnl, decode_xstats,
+                       in_netns,
                        kmemleak_available, kmemleak_clear, kmemleak_p3,
                        kmemleak_scan, nla, parse_attrs, u)
 
@@ -81,11 +82,12 @@ def dbg_read(path):
 def fault_setup():
     """failslab and fail_page_alloc armed for fail-nth only: probability
     0 (nothing fails at random), sleeping allocations included, order-0
-    pages included, nothing printed (a stack dump per failure would fill
-    the log with the very traces the checks look for)."""
+    pages included; each injected failure logs its stack, unlimited, so
+    that a refusal can be traced to the allocation that caused it."""
     for attr in ("failslab", "fail_page_alloc"):
         dbg_write(f"{attr}/probability", 0)
-        dbg_write(f"{attr}/verbose", 0)
+        dbg_write(f"{attr}/verbose", 2)
+        dbg_write(f"{attr}/verbose_ratelimit_burst", 1000000)
         dbg_write(f"{attr}/ignore-gfp-wait", "N")
         dbg_write(f"{attr}/task-filter", "N")
         dbg_write(f"{attr}/times", -1)
@@ -198,14 +200,47 @@ def whole(nl, ifindex, handle, want):
     return bad
 
 
+# Frames of the allocators and of the injection itself: the site of a
+# failure is the first frame after them.
+ALLOC_FRAME = re.compile(
+    r"dump_stack|fail_dump|should_fail|failslab|slab_pre_alloc|"
+    r"kmem_cache_alloc|kmalloc|kzalloc|kcalloc|kvmalloc|kvzalloc|kvcalloc|"
+    r"kmem_cache|alloc_pages|prepare_alloc|get_page_from|slab_alloc|"
+    r"new_slab|allocate_slab|vmalloc|vmap|get_vm_area|__alloc_skb|"
+    r"alloc_skb|kasan|kmemleak|stack_depot|create_object|mem_pool|"
+    r"kstrdup|kmemdup|krealloc|folio_alloc|alloc_page|rmqueue")
+
+
+def fault_site(lines):
+    """'f1 < f2' for the stack the last injected failure logged; '?' when
+    it logged none (an allocation with __GFP_NOWARN)."""
+    start = None
+    for i, ln in enumerate(lines):
+        if "FAULT_INJECTION: forcing a failure" in ln:
+            start = i
+    if start is None:
+        return "?"
+    frames = []
+    for ln in lines[start:]:
+        m = re.match(r"\s*([A-Za-z_][\w.]*)\+0x", ln)
+        if m and not ALLOC_FRAME.search(m[1]):
+            frames.append(m[1])
+            if len(frames) == 2:
+                break
+    return " < ".join(frames) or "?"
+
+
 def sweep(nl, fnth, max_nth, attempt, check, reset):
     """fail-nth over every allocation of attempt(): for n = 1, 2, ... the
     n-th allocation fails, check(result) lists problems, reset() puts the
     starting state back. Ends when a run needs fewer than n allocations.
-    Returns (injected, outcomes, problems)."""
+    Returns (injected, outcomes, problems); outcomes count
+    "result at site" strings."""
     outcomes, problems = {}, []
+    log = KernelLog()
     n = 0
     for n in range(1, max_nth + 1):
+        log.lines()
         fnth.arm(n)
         try:
             rep = attempt()
@@ -223,12 +258,15 @@ def sweep(nl, fnth, max_nth, attempt, check, reset):
             # from deep in the core has no message to give.
             if isinstance(res, int) and res and not msg:
                 key += " (no extack)"
+            key += " at " + fault_site(log.lines())
             outcomes[key] = outcomes.get(key, 0) + 1
         for p in check(res, injected):
             problems.append(f"fail-nth {n} ({key}): {p}")
         reset()
         if not injected:
+            log.close()
             return n - 1, outcomes, problems
+    log.close()
     return n, outcomes, problems + [f"still injecting at n={max_nth}"]
 
 
@@ -306,7 +344,8 @@ def create_test(k, chk, parent_setup, parent, handle, prev_kind):
     reset()
     n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
                                   check, reset)
-    chk.note(f"{n} allocations failed in turn; outcomes {outcomes}")
+    chk.note(f"{n} allocations failed in turn; outcomes:\n"
+             f"{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
     if len(problems) > 10:
         chk.failures.append(f"... {len(problems) - 10} more")
@@ -398,8 +437,9 @@ def test_change(k, chk):
     reset()
     n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
                                   check, reset)
-    chk.note(f"{n} allocations failed in turn; outcomes {outcomes}; queue "
-             f"at start {state['before']}")
+    chk.note(f"{n} allocations failed in turn; queue (qlen, drops, sent) "
+             f"at start {state['before']}; outcomes:\n"
+             f"{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     return n
@@ -499,58 +539,65 @@ def test_flow_alloc(k, chk):
     return injected
 
 
+class SysResult:
+    """A syscall's outcome in the shape of a netlink Reply."""
+
+    def __init__(self, err):
+        self.err, self.msg, self.acked = err, None, True
+
+
 def test_module_load(k, chk):
-    """finit_module() of sch_p3.ko with each allocation failing in turn."""
+    """finit_module() of sch_p3.ko with each allocation failing in turn:
+    the module is then loaded and works, or is not loaded at all."""
+    import ctypes
     path = subprocess.run(["modinfo", "-n", "sch_p3"], text=True,
                           stdout=subprocess.PIPE).stdout.strip()
-    libc = __import__("ctypes").CDLL(None, use_errno=True)
-    SYS_finit_module = 313
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_finit_module = 313      # x86_64
 
     def loaded():
         return os.path.exists("/sys/module/sch_p3")
 
-    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    def attempt():
+        rc = libc.syscall(sys_finit_module, fd, b"", 0)
+        return SysResult(ctypes.get_errno() if rc else 0)
+
+    def check(res, injected):
+        if (res == 0) != loaded():
+            return [f"finit_module said {res}, loaded {loaded()}"]
+        if loaded():
+            # A module that says it loaded must make a working qdisc.
+            r = subprocess.run(["ip", "netns", "exec", SND, "tc", "qdisc",
+                                "add", "dev", SDEV, "root", "handle", "1:",
+                                "p3"], stderr=subprocess.PIPE, text=True)
+            del_root(k)
+            if r.returncode:
+                return [f"loaded, but no p3 qdisc: {r.stderr.strip()}"]
+        return []
+
+    def reset():
+        if loaded():
+            subprocess.run(["rmmod", "sch_p3"], check=True)
+
+    del_root(k)
     sh("rmmod sch_p3", check=False)
     fd = os.open(path, os.O_RDONLY)
-    outcomes, problems = {}, []
-    n = 0
     try:
-        for n in range(1, k.args.max_nth * 4 + 1):
-            k.fnth.arm(n)
-            rc = libc.syscall(SYS_finit_module, fd, b"", 0)
-            err = __import__("ctypes").get_errno() if rc else 0
-            left = k.fnth.left()
-            k.fnth.arm(0)
-            key = errno.errorcode.get(err, err) if err else "ok"
-            if left == 0:
-                outcomes[key] = outcomes.get(key, 0) + 1
-            is_loaded = loaded()
-            if (rc == 0) != is_loaded:
-                problems.append(f"fail-nth {n}: finit_module {key}, "
-                                f"loaded {is_loaded}")
-            if is_loaded:
-                # A cache that could be made must work: one qdisc.
-                r = subprocess.run(["ip", "netns", "exec", SND, "tc",
-                                    "qdisc", "add", "dev", SDEV, "root",
-                                    "handle", "1:", "p3"])
-                if r.returncode:
-                    problems.append(f"fail-nth {n}: loaded, but no p3 "
-                                    "qdisc can be made")
-                sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
-                if subprocess.run(["rmmod", "sch_p3"]).returncode:
-                    problems.append(f"fail-nth {n}: rmmod failed")
-                    break
-            if left != 0:
-                n -= 1
-                break
+        n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth * 4,
+                                      attempt, check, reset)
     finally:
         os.close(fd)
         sh("modprobe sch_p3", check=False)
     chk.note(f"{n} allocations of the module load failed in turn; "
-             f"outcomes {outcomes}")
+             f"outcomes:\n{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
     traffic_ok(chk, "after reloading")
     return n
+
+
+def fmt_outcomes(outcomes):
+    return "\n".join(f"  {c:4} {key}" for key, c in
+                     sorted(outcomes.items(), key=lambda kv: -kv[1]))
 
 
 KERNEL_TESTS = [

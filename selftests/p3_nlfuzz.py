@@ -306,22 +306,39 @@ REPORT = re.compile(
     r"Object already free|Freepointer")
 
 
-class KernelReports:
-    """New kernel log lines that are reports, since the last look."""
+class KernelLog:
+    """The kernel log from now on, read from /dev/kmsg: one reader per
+    instance, each with its own position, and no line lost to counting
+    when the ring buffer wraps (an overrun is counted in .lost)."""
 
     def __init__(self):
-        self.seen = len(self._lines())
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self.fd, 0, os.SEEK_END)
+        self.lost = 0
 
-    @staticmethod
-    def _lines():
-        r = subprocess.run(["dmesg"], stdout=subprocess.PIPE, text=True,
-                           errors="replace")
-        return r.stdout.splitlines()
+    def lines(self):
+        out = []
+        while True:
+            try:
+                rec = os.read(self.fd, 8192)
+            except BlockingIOError:
+                return out
+            except BrokenPipeError:     # overwritten before we read it
+                self.lost += 1
+                continue
+            # "prio,seq,usec,flags;text" and " KEY=value" lines after it.
+            out.append(rec.decode(errors="replace").partition(";")[2]
+                       .split("\n")[0])
+
+    def close(self):
+        os.close(self.fd)
+
+
+class KernelReports(KernelLog):
+    """New kernel log lines that are reports, since the last look."""
 
     def new(self):
-        lines = self._lines()
-        new, self.seen = lines[self.seen:], len(lines)
-        return [ln for ln in new if REPORT.search(ln)]
+        return [ln for ln in self.lines() if REPORT.search(ln)]
 
 
 KMEMLEAK = "/sys/kernel/debug/kmemleak"
