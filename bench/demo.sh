@@ -8,7 +8,7 @@
 # ends with one line:
 #   speedup: VGG-19 <x>x (fifo <t> s/iter, p3 <t> s/iter, ideal <t> s/iter)
 #
-# P3_DEMO_GBPS (real-equivalent Gbit/s, default 4), P3_DEMO_ITERS (timed
+# P3_DEMO_GBPS (real-equivalent Gbit/s, default 2), P3_DEMO_ITERS (timed
 # iterations per mode, default 4) and P3_KERNEL (the VM's kernel) change it.
 # The full sweep is bench/train/run.sh; see docs/benchmarks.md.
 set -euo pipefail
@@ -17,7 +17,7 @@ top=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 cd "$top"
 PY=/usr/bin/python3
 out=build/demo
-gbps=${P3_DEMO_GBPS:-4}
+gbps=${P3_DEMO_GBPS:-2}
 iters=${P3_DEMO_ITERS:-4}
 kernel=${P3_KERNEL:-6.1}
 

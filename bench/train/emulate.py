@@ -394,8 +394,9 @@ def sender(chans, q, j, to_server):
     into libp3's per-band heap of that peer's channel, ordered by
     (iteration, prio, arrival), and is written at once if its socket has
     room.  The rest is written as the sockets drain: the thread wakes for
-    every new send, and every PUMP_S while data is queued (the 16 KB of
-    TCP_NOTSENT_LOWAT last longer than that at these link rates)."""
+    every new send, and while data is queued every PUMP_S or half the time
+    NOTSENT_LOWAT lasts at the link rate, whichever is shorter, so that no
+    socket runs dry."""
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"

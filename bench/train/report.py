@@ -196,6 +196,25 @@ def cal_table(cal):
     return "\n".join(out)
 
 
+def diag_table(runs):
+    """Per run: link use in the timed window, stall, CPU, TCP, preemption."""
+    out = ["| model | Gbit/s | mode | upload | s/iter | stall s/iter | link "
+           "use workers / servers | VM CPU | TCP retrans | p3 preemptions |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    key = {m: i for i, m in enumerate(jobmod.MODES)}
+    for r in sorted(runs, key=lambda r: (ORDER.index(r["model"]), r["gbps"],
+                                         int(r["bulk"]), key[r["mode"]])):
+        lu = r.get("link_util") or {}
+        out.append(
+            f"| {TITLES[r['model']]} | {r['gbps']:g} | {r['mode']} | "
+            f"{int(r['bulk']) or '–'} | {r['iter_s']:.2f} | "
+            f"{r.get('stall_s', 0):.2f} | {pct(lu.get('workers'))} / "
+            f"{pct(lu.get('servers'))} | {pct(r.get('cpu_busy'))} | "
+            f"{(r.get('tcp') or {}).get('TcpRetransSegs', '–')} | "
+            f"{(r.get('qdisc') or {}).get('preemptions', '–')} |")
+    return "\n".join(out)
+
+
 def health(runs):
     """CPU load and run-to-run spread: how far to trust the numbers."""
     busy = [r["cpu_busy"] for r in runs if r.get("cpu_busy") is not None]
@@ -342,7 +361,7 @@ def main():
     c = cal_table(cal)
     if c:
         parts += ["\n### Shaper calibration\n", c]
-    parts += ["\n" + health(runs)]
+    parts += ["\n### Per run\n", diag_table(runs), "\n" + health(runs)]
     text = "\n".join(parts) + "\n"
     if args.md:
         os.makedirs(os.path.dirname(os.path.abspath(args.md)), exist_ok=True)
