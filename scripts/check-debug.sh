@@ -95,8 +95,10 @@ suite() {
 	# hits the 30 s AML loop timeout: take PCI interrupt routing from the
 	# BIOS tables instead (pci=noacpi), which saves 90 s per boot. The
 	# fault tests log a stack per injected failure: a log buffer that
-	# keeps them all, so that guest.sh sees every report.
-	P3_VM_APPEND="slub_debug=FZPU pci=noacpi log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
+	# keeps them all, so that guest.sh sees every report. The p3_flow
+	# cache is marked for failslab's cache filter (A): p3_faults.py makes
+	# flow creation fail with it, in the transmit path.
+	P3_VM_APPEND="slub_debug=FZPU;FZPUA,p3_flow pci=noacpi log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout 14400 --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@" 2>&1 | tee "$out/$name.tap"
