@@ -90,8 +90,8 @@ def main():
                                  formatter_class=argparse.
                                  RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--burst", type=int, default=32)
     ap.add_argument("--flows", default="1,1024")
