@@ -246,7 +246,7 @@ def plot(res, summ, path):
     import matplotlib.pyplot as plt
     sizes = res["config"]["sizes"]
     bulks = res["config"]["bulk"]
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2),
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.8),
                              squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, size in zip(axes[0], sizes):
@@ -268,10 +268,14 @@ def plot(res, summ, path):
         ax.set_title(f"{size >> 10} KB urgent message")
         ax.grid(True, which="both", lw=0.3)
     axes[0][0].set_ylabel("median completion ÷ physical bound (MTU)")
-    axes[0][-1].legend(fontsize=7, ncol=2)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", fontsize=7,
+               ncol=len(res["config"]["qdisc_list"]))
     fig.suptitle(f"Urgent-message latency behind bulk TCP, "
-                 f"{res['rate']} link, kernel {res['kernel']}")
-    fig.tight_layout()
+                 f"{res['rate']} link, kernel {res['kernel']} (solid: fresh "
+                 "connection, dashed: long-lived; dotted line: 1.2×; "
+                 "messages cut at the cap plotted at the cap)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
 
 
