@@ -579,32 +579,47 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 			      div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 
-static struct sk_buff *p3_dequeue(struct Qdisc *sch)
+/*
+ * The flow the next dequeue serves, or NULL if nothing may leave now.
+ * DRR's rotation happens here, so a peek and the dequeue after it pick
+ * the same flow: the rotation stops at a flow with credit left.
+ */
+static struct p3_flow *p3_next_flow(struct p3_sched_data *q)
 {
-	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow;
-	struct sk_buff *skb;
 	struct p3_band *b;
-	u8 band;
+	struct p3_flow *flow;
 
 	if (!q->active || !p3_pacer_allows(q))
 		return NULL;
 
-	band = __ffs64(q->active);
+	b = &q->bands[__ffs64(q->active)];
+	/* Every pass adds a quantum, so this ends within one round. */
+	for (;;) {
+		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
+		if (flow->deficit > 0)
+			return flow;
+		flow->deficit += q->cfg.quantum;
+		list_move_tail(&flow->band_node, &b->flows);
+	}
+}
+
+static struct sk_buff *p3_dequeue(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow = p3_next_flow(q);
+	struct sk_buff *skb;
+	struct p3_band *b;
+	u8 band;
+
+	if (!flow)
+		return NULL;
+
+	band = flow->band;
 	b = &q->bands[band];
 	/* band < last_band <= 63, so the shift stays below 64. */
 	if (band < q->last_band && (q->active >> (band + 1)))
 		q->stats.preemptions++;
 	q->last_band = band;
-
-	/* Every pass adds a quantum, so this ends within one round. */
-	for (;;) {
-		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
-		if (flow->deficit > 0)
-			break;
-		flow->deficit += q->cfg.quantum;
-		list_move_tail(&flow->band_node, &b->flows);
-	}
 
 	skb = p3_flow_pop(sch, flow);
 	flow->deficit -= qdisc_pkt_len(skb);
@@ -612,6 +627,20 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	qdisc_bstats_update(sch, skb);
 	p3_pacer_charge(q, qdisc_pkt_len(skb));
 	return skb;
+}
+
+/*
+ * The packet the next dequeue returns, left where it is.  A shaping
+ * parent (tbf) peeks while it waits for tokens; qdisc_peek_dequeued()
+ * would take that packet out of p3 for good, and a more urgent packet
+ * arriving during the wait would queue behind it.  The parent peeks and
+ * dequeues under the root lock, so nothing comes in between.
+ */
+static struct sk_buff *p3_peek(struct Qdisc *sch)
+{
+	struct p3_flow *flow = p3_next_flow(qdisc_priv(sch));
+
+	return flow ? flow->head : NULL;
 }
 
 static void p3_free_skb(struct sk_buff *skb)
@@ -972,7 +1001,7 @@ static struct Qdisc_ops p3_qdisc_ops __read_mostly = {
 	.priv_size	= sizeof(struct p3_sched_data),
 	.enqueue	= p3_enqueue,
 	.dequeue	= p3_dequeue,
-	.peek		= qdisc_peek_dequeued,
+	.peek		= p3_peek,
 	.init		= p3_init,
 	.reset		= p3_reset,
 	.destroy	= p3_destroy,
