@@ -1,6 +1,6 @@
 #!/bin/bash
 # The body of `make check`: builds, host tests, then the VM selftests on
-# every installed kernel.  Each suite prints TAP; all of it is kept in
+# every installed kernel, then the debug-kernel pass if one is cached.  Each suite prints TAP; all of it is kept in
 # build/check/, and the run ends with one line: "N passed, N failed".
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +29,9 @@ for k in $(selftests/vm-run --list-kernels); do
 	suite "vm-$k" selftests/vm-run --kernel "$k" --timeout 1500 -- \
 		selftests/run-vm-tests.sh "$k"
 done
+# The debug-kernel pass (make check-debug) when this machine has built the
+# kernel; otherwise one visible SKIP: building it takes 25 minutes.
+suite debug scripts/check-debug.sh --if-cached
 
 passed=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -vc '# SKIP')
 skipped=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -c '# SKIP')

@@ -308,6 +308,44 @@ def test_under_htb(chk):
     urgent_share(chk, parse_rate(RATE), htb_parent)
 
 
+def test_peek_under_tbf(chk):
+    """Under tbf, an urgent packet overtakes the bulk packet tbf has peeked
+    at and is waiting to send: p3's peek leaves that packet in p3, where
+    qdisc_peek_dequeued() would have committed it ahead of any later
+    arrival.  At 500 bit/s a 1000-byte packet holds the link for 16 s: the
+    first bulk packet leaves at once (tbf's burst), the second only after
+    14 s, so an urgent packet queued within 12 s finds two waiting (a slow
+    emulated CPU may take seconds to start the sender)."""
+    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate 500bit burst 1100 "
+       "latency 60s")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+    sink = Sink()
+    group = 30
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "3", "--size",
+         "1000", "--tags", BULK, "--group", str(group)])
+    t_bulk = time.monotonic()
+    # Sequence numbers above the bulk ones: each bulk datagram that
+    # arrives after the urgent one counts as reordered at the sink.
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", "1", "--size",
+         "100", "--tags", URGENT, "--group", str(group), "--first-seq",
+         "1000"])
+    queued_after = time.monotonic() - t_bulk
+    deadline = time.monotonic() + 60
+    while qdisc_json(kind="tbf")["qlen"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(0.5)
+    got = sink.stop()["udp"].get(str(group), {})
+    late = got.get("reordered", 0)
+    chk.note(f"urgent queued {queued_after:.1f} s after the bulk; received "
+             f"{got.get('received', 0)} of 4, {late} bulk after the urgent")
+    chk.expect(queued_after < 12, "the urgent packet came too late to find "
+               "the second bulk packet waiting: the test's premise failed")
+    chk.expect(got.get("received") == 4, "datagrams lost")
+    chk.expect(late == 2, f"{late} of the 2 waiting bulk packets left "
+               "after the urgent one (want both)")
+
 def test_own_rate(chk):
     want = parse_rate("25mbit")
     p3_root("rate 25mbit")
@@ -427,6 +465,7 @@ TESTS = [
     ("change_keeps_packets", test_change_keeps_packets),
     ("under_tbf", test_under_tbf),
     ("under_htb", test_under_htb),
+    ("peek_under_tbf", test_peek_under_tbf),
     ("own_rate", test_own_rate),
     ("gc_100k_flows", test_gc_100k_flows),
     ("lifecycle", test_lifecycle),

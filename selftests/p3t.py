@@ -225,10 +225,11 @@ def cmd_udp(args):
     pad = b"\0" * max(0, args.size - DGRAM.size)
     interval = 1.0 / args.pps if args.pps else 0
     next_t = time.monotonic()
-    for seq in range(args.count):
-        if seq % args.switch_every == 0:
-            tag_socket(s, tags[(seq // args.switch_every) % len(tags)])
-        s.sendto(DGRAM.pack(args.group, seq) + pad, (args.dst, args.port))
+    for i in range(args.count):
+        if i % args.switch_every == 0:
+            tag_socket(s, tags[(i // args.switch_every) % len(tags)])
+        s.sendto(DGRAM.pack(args.group, args.first_seq + i) + pad,
+                 (args.dst, args.port))
         if interval:
             next_t += interval
             delay = next_t - time.monotonic()
@@ -277,6 +278,8 @@ def main():
             a.add_argument("--switch-every", type=int, default=1 << 30)
             a.add_argument("--pps", type=float, default=0)
             a.add_argument("--sndbuf", type=int, default=0)
+            a.add_argument("--first-seq", type=int, default=0,
+                           help="sequence number of the first datagram")
         if name == "spray":
             a.add_argument("--first-port", type=int, default=10000)
             a.add_argument("--count", type=int, required=True)
