@@ -338,6 +338,7 @@ def load_cases(files):
 
 
 def main():
+    global CMD_TIMEOUT
     ap = argparse.ArgumentParser(
         description="tdc-style tc tests for the p3 qdisc, TAP output",
         epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -352,9 +353,12 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print every command as a TAP comment")
     ap.add_argument("--dev", default="p3d0", help="test device ($DEV)")
+    ap.add_argument("--cmd-timeout", type=int, default=CMD_TIMEOUT,
+                    help="seconds one command may take (%(default)s)")
     ap.add_argument("--no-netns", action="store_true",
                     help="run in the current network namespace")
     args = ap.parse_args()
+    CMD_TIMEOUT = args.cmd_timeout
 
     files = args.file or sorted(glob.glob(os.path.join(DEFAULT_DIR,
                                                        "*.json")))
