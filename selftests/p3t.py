@@ -31,6 +31,7 @@ MAGIC = b"P3T1"
 DGRAM = struct.Struct("!BI")
 BIN = 0.1  # seconds per receive-rate bin
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # not in Python 3.11
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 
 def tag_socket(sock, tag):
@@ -180,6 +181,10 @@ def cmd_bulk(args):
 
     def one():
         s = connect(args, args.tag)
+        if args.max_rate:
+            # TCP paces itself to this (bytes/s), whatever the qdisc.
+            s.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
+                         args.max_rate)
         s.settimeout(1.0)
         s.sendall(HDR.pack(MAGIC, b"B", args.group, 0))
         try:
@@ -266,6 +271,8 @@ def main():
         a.add_argument("--tag", default="none")
         if name == "bulk":
             a.add_argument("--conns", type=int, default=1)
+            a.add_argument("--max-rate", type=int, default=0,
+                           help="cap per connection, bytes/s (0: none)")
             a.add_argument("--seconds", type=float, required=True)
         if name == "msg":
             a.add_argument("--bytes", type=int, required=True)
