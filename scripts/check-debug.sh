@@ -104,8 +104,12 @@ suite() {
 	# fault tests log a stack per injected failure: a log buffer that
 	# keeps them all, so that guest.sh sees every report. The p3_flow
 	# cache is marked for failslab's cache filter (A): p3_faults.py makes
-	# flow creation fail with it, in the transmit path.
-	P3_VM_APPEND="slub_debug=FZPU;FZPUA,p3_flow pci=noacpi log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
+	# flow creation fail with it, in the transmit path. SLUB's own
+	# checks (sanity, red zones, poison, owner tracking) are on for
+	# p3_flow only: KASAN already checks every cache, and SLUB debugging
+	# on all of them too made the fuzzer three times slower (11 requests/s
+	# against 35).
+	P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout 14400 --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@" 2>&1 | tee "$out/$name.tap"
