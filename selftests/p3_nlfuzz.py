@@ -823,6 +823,8 @@ def fuzz_phase(args, name, rng, nl, ifindex):
         except socket.timeout:
             ph.no_reply += 1
             ph.no_msg["timeout " + ",".join(req.env)] += 1
+            # It may still have been carried out, after the wait.
+            last = nl.p3_at(ifindex, handle)
             continue
         ph.requests += 1
         ph.by_op[RTM_NAMES.get(req.mtype)] += 1
@@ -893,7 +895,12 @@ def traffic_check(nl, ifindex, name, group):
     if not phase_intact(nl, ifindex, name):
         setup_phase(name)
     where = "root" if parent == TC_H_ROOT else f"parent {fmt_handle(parent)}"
-    good = f"bands 8 rate {LINK}" if parent == TC_H_ROOT else "bands 8"
+    # Every option, so that none keeps a fuzzed value (a change keeps what
+    # it does not name): under tbf and htb, a leftover `rate 1` would pace
+    # the check's traffic to a byte a second.
+    rate = LINK if parent == TC_H_ROOT else "0"
+    good = (f"bands 8 default 7 tag priority limit 10000 memory 0 "
+            f"quantum 3028 rate {rate}")
     tc(f"qdisc replace dev {SDEV} {where} handle {fmt_handle(handle)} "
        f"p3 {good}")
     time.sleep(1.0)
