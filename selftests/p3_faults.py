@@ -488,7 +488,7 @@ def test_flow_alloc(k, chk):
     base = slab_objects()
     q0 = k.nl.p3_at(k.ifindex, 0x10000)
     x0 = decode_xstats(q0["xstats"])
-    d0 = qdisc_queue(k.nl, k.ifindex, 0x10000)[2]
+    d0 = qdisc_queue(k.nl, k.ifindex, 0x10000)[1]
     cls0 = class_stats(k.nl, k.ifindex, 0x10000)
     times = 1000000
     # The cache's failslab flag is read-only in 6.1's sysfs: it comes
@@ -521,7 +521,7 @@ def test_flow_alloc(k, chk):
     injected = times - left
     time.sleep(1.0)
     x1 = decode_xstats(k.nl.p3_at(k.ifindex, 0x10000)["xstats"])
-    d1 = qdisc_queue(k.nl, k.ifindex, 0x10000)[2]
+    d1 = qdisc_queue(k.nl, k.ifindex, 0x10000)[1]
     cls1 = class_stats(k.nl, k.ifindex, 0x10000)
     band_drops = sum(cls1[c][2] - cls0.get(c, (0, 0, 0, 0))[2]
                      for c in cls1)
