@@ -867,12 +867,16 @@ def fuzz_phase(args, name, rng, nl, ifindex):
         # A refused request must leave the p3 exactly as it was. The core
         # applies TCA_OPTIONS before it looks at TCA_STAB and TCA_RATE, so
         # a bad one of those fails a change already made: counted apart.
-        if req.mtype == RTM_NEWQDISC and rng.random() < args.verify:
+        # Those are always re-read: left unseen, their change would be
+        # blamed on the next refusal that is.
+        core_may_apply = any(e.startswith("top:") for e in req.env)
+        if req.mtype == RTM_NEWQDISC and (core_may_apply or
+                                          rng.random() < args.verify):
             now = nl.p3_at(ifindex, handle)
             if (now and now["options"]) != (last and last["options"]):
                 what = f"{shape}: {last and last['options']} -> " \
                     f"{now and now['options']}"
-                if any(e.startswith("top:") for e in req.env):
+                if core_may_apply:
                     ph.core_changed.append(what)
                 else:
                     ph.config_changed.append(what)
