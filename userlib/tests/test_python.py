@@ -138,12 +138,18 @@ class ChannelTest(unittest.TestCase):
             self.assertTrue(0 < c.t_first <= c.t_done <= now)
 
     def test_buffers(self):
+        # The sender keeps the channel open until the receiver has seen
+        # everything: closing it with tensor 4 half-sent is an error that
+        # poll() reports (rightly), and would race with the last poll.
+        seen = threading.Event()
         with p3.Listener() as lst:
             def work(ch):
                 ch.send(1, b'bytes object', level=0)
                 ch.send(2, bytearray(b'a bytearray'), level=1)
                 ch.send(3, memoryview(np.arange(8, dtype=np.int64)), level=2, offset=0)
                 ch.send(4, np.arange(4, dtype=np.uint8), level=3, offset=4)
+                ch.flush(timeout=30)
+                seen.wait(30)
             t = _sender(lst.port, work)
             with lst.accept(timeout=10) as rx:
                 self.assertEqual(rx.bands, 4)
@@ -164,6 +170,7 @@ class ChannelTest(unittest.TestCase):
                 while (len(got) < 3 or list(d[4:]) != [0, 1, 2, 3]) and \
                         time.monotonic() < deadline:
                     got |= {x.tensor for x in rx.poll(0.2)}
+                seen.set()
                 t.join()
         self.assertEqual(bytes(a), b'bytes object')
         self.assertEqual(bytes(b), b'a bytearray')
