@@ -287,10 +287,10 @@ def test_change_keeps_packets(chk):
     chk.expect(got == 96 - (d3 - d0), "receiver count disagrees with drops")
 
 
-def tbf_parent():
+def tbf_parent(rate=None, burst="32k", latency="100ms"):
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
-    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} burst 32k "
-       "latency 100ms")
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {rate or RATE} "
+       f"burst {burst} latency {latency}")
     tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
 
 
@@ -319,10 +319,7 @@ def test_peek_under_tbf(chk):
     14 s, so an urgent packet queued within 12 s finds two waiting (a slow
     emulated CPU may take seconds to start the sender)."""
     sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
-    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
-    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate 500bit burst 1100 "
-       "latency 60s")
-    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+    tbf_parent("500bit", burst="1100", latency="60s")
     sink = Sink()
     group = 30
     p3t(["udp", RADDR, "--port", str(PORT), "--count", "3", "--size",
