@@ -230,16 +230,16 @@ def fault_site(lines):
     return " < ".join(frames) or "?"
 
 
-def sweep(nl, fnth, max_nth, attempt, check, reset):
-    """fail-nth over every allocation of attempt(): for n = 1, 2, ... the
-    n-th allocation fails, check(result) lists problems, reset() puts the
-    starting state back. Ends when a run needs fewer than n allocations.
-    Returns (injected, outcomes, problems); outcomes count
-    "result at site" strings."""
+def sweep(nl, fnth, max_nth, attempt, check, reset, step=1):
+    """fail-nth over every allocation of attempt(): for n = 1, 1 + step,
+    1 + 2 * step, ... the n-th allocation fails, check(result) lists
+    problems, reset() puts the starting state back. Ends when a run needs
+    fewer than n allocations. Returns (injected, outcomes, problems);
+    outcomes count "result at site" strings."""
     outcomes, problems = {}, []
     log = KernelLog()
-    n = 0
-    for n in range(1, max_nth + 1):
+    n = tried = 0
+    for n in range(1, max_nth + 1, step):
         log.lines()
         fnth.arm(n)
         try:
@@ -265,9 +265,10 @@ def sweep(nl, fnth, max_nth, attempt, check, reset):
         reset()
         if not injected:
             log.close()
-            return n - 1, outcomes, problems
+            return tried, outcomes, problems
+        tried += 1
     log.close()
-    return n, outcomes, problems + [f"still injecting at n={max_nth}"]
+    return tried, outcomes, problems + [f"still injecting at n={max_nth}"]
 
 
 class Skip(Exception):
@@ -347,8 +348,8 @@ def create_test(k, chk, parent_setup, parent, handle, prev_kind):
 
     reset()
     n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
-                                  check, reset)
-    chk.note(f"{n} allocations failed in turn; outcomes:\n"
+                                  check, reset, k.args.nth_step)
+    chk.note(f"{n} allocations failed in turn{stride(k)}; outcomes:\n"
              f"{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
     if len(problems) > 10:
@@ -448,8 +449,9 @@ def test_change(k, chk):
 
     reset()
     n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth, attempt,
-                                  check, reset)
-    chk.note(f"{n} allocations failed in turn; queue (qlen, drops, sent) "
+                                  check, reset, k.args.nth_step)
+    chk.note(f"{n} allocations failed in turn{stride(k)}; queue (qlen, "
+             f"drops, sent) "
              f"at start {state['before']}; outcomes:\n"
              f"{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
@@ -599,15 +601,20 @@ def test_module_load(k, chk):
     fd = os.open(path, os.O_RDONLY)
     try:
         n, outcomes, problems = sweep(k.nl, k.fnth, k.args.max_nth * 4,
-                                      attempt, check, reset)
+                                      attempt, check, reset,
+                                      k.args.nth_step)
     finally:
         os.close(fd)
         sh("modprobe sch_p3", check=False)
-    chk.note(f"{n} allocations of the module load failed in turn; "
+    chk.note(f"{n} allocations of the module load failed in turn{stride(k)}; "
              f"outcomes:\n{fmt_outcomes(outcomes)}")
     chk.failures += problems[:10]
     traffic_ok(chk, "after reloading")
     return n
+
+
+def stride(k):
+    return f" (every {k.args.nth_step}th)" if k.args.nth_step > 1 else ""
 
 
 def fmt_outcomes(outcomes):
@@ -942,6 +949,11 @@ def main():
                     "or 'libp3'")
     ap.add_argument("--max-nth", type=int, default=400,
                     help="give up a sweep after this many allocations")
+    ap.add_argument("--nth-step", type=int, default=1,
+                    help="fail every Nth allocation of a sweep, not each "
+                    "(a shorter run for CI)")
+    ap.add_argument("-x", "--exclude", action="append", default=[],
+                    help="skip this test (repeatable; names as for -t)")
     ap.add_argument("--flow-faults", type=int, default=5000,
                     help="forwarded flows sent while creation fails")
     ap.add_argument("--flow-fail-pct", type=int, default=20)
@@ -969,7 +981,7 @@ def main():
         fault_setup()
         kmemleak_clear()
         for name, fn in KERNEL_TESTS:
-            if want and name not in want:
+            if want and name not in want or name in args.exclude:
                 continue
             chk = Check()
             t0 = time.monotonic()
@@ -1001,7 +1013,7 @@ def main():
                        "the qdisc layer after the kernel faults",
                        "\n".join(leaks[:3]))
 
-    if not want or "libp3" in want:
+    if (not want or "libp3" in want) and "libp3" not in args.exclude:
         for name, kw in LIB_CASES:
             chk = Check()
             t0 = time.monotonic()

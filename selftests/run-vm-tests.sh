@@ -25,4 +25,13 @@ run /usr/bin/python3 selftests/p3_traffic.py "${traffic_args[@]}" --prefix "$ker
 if [ -x userlib/tests/vm_integration.sh ]; then
 	run userlib/tests/vm_integration.sh
 fi
+# Short runs of the hardening suites, which check-debug runs in full on
+# the debug kernel: so that CI fuzzes, churns and breaks libp3 channels
+# on every kernel even where no debug kernel is cached.
+if [ "$kernel" != debug ]; then
+	run /usr/bin/python3 selftests/p3_nlfuzz.py -n 3000 --prefix "$kernel: "
+	run /usr/bin/python3 selftests/p3_churn.py --cycles 50 --reloads 5 \
+		--flows 5000 --socket-flows 200 --prefix "$kernel: "
+	run /usr/bin/python3 selftests/p3_faults.py -t libp3 --prefix "$kernel: "
+fi
 exit $rc
