@@ -43,7 +43,7 @@ import sys
 import time
 
 from p3lib import (PORT, RADDR, SDEV, SND, Sink, Tap, p3t, parse_rate, sh,
-                   tc, tcp_rate, teardown, topology)
+                   tc, tcp_rate, tcp_span, teardown, topology)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -1065,10 +1065,13 @@ def main():
     if rep:
         for name, (group, (t0, t1)) in windows.items():
             got = rep["udp"].get(str(group), {}).get("received", 0)
-            fresh = tcp_rate(rep, group + 100, t0, t1)
+            # Over the span in which the new flow delivered: the window
+            # around it also holds process start-up, seconds long on the
+            # debug kernel. Its band (1) is above the bulk flows' (7).
+            span = tcp_span(rep, group + 100)
+            fresh = tcp_rate(rep, group + 100, *span) if span else 0.0
             old = tcp_rate(rep, 1, t0, t1)
-            # Averaged over the whole window, of which it sends 2 s.
-            tap.result(got == 200 and fresh > parse_rate(LINK) / 10,
+            tap.result(got == 200 and fresh > parse_rate(LINK) / 4,
                        f"nlfuzz {name}: the qdisc still carries traffic "
                        "after fuzzing",
                        f"urgent UDP burst {got}/200 received; a new TCP "

@@ -12,7 +12,9 @@ leak=/sys/kernel/debug/kmemleak
 report='WARNING:|BUG:|Oops|KASAN|UBSAN|kernel BUG|general protection|ODEBUG|'
 report+='possible circular locking|inconsistent lock state|possible recursive locking|'
 report+='suspicious RCU usage|INFO: task|rcu: INFO|self-detected stall|'
-report+='kmemleak: [0-9]+ new suspected|Unable to handle|list_(add|del) corruption|'
+# (kmemleak's own "new suspected memory leaks" line is not one: the scan
+# below reads its report, less the core's leak it knows.)
+report+='Unable to handle|list_(add|del) corruption|'
 report+='refcount_t:|leaked reference|Redzone|Poison overwritten|Object already free'
 
 if [ -w "$leak" ]; then
@@ -22,6 +24,7 @@ if [ -w "$leak" ]; then
 	echo clear >"$leak"
 fi
 start=$(dmesg | wc -l)
+tmp=$(mktemp -d)
 
 "$@"
 rc=$?
@@ -37,11 +40,32 @@ elif [ -w "$leak" ]; then
 	sleep 6
 	echo scan >"$leak"
 	echo scan >"$leak"
-	n=$(grep -c '^unreferenced object' "$leak")
-	if [ "$n" -eq 0 ]; then
+	# One record per object; those of a known core leak are set apart:
+	# 6.1's sysfs_slab_add() does not kobject_put() when
+	# kobject_init_and_add() fails, leaking the cache's name, so a failed
+	# allocation inside kmem_cache_create() (the fault tests make them)
+	# leaves the string "p3_flow" behind. Not sch_p3's; see
+	# docs/reliability.md and CORE_LEAKS in selftests/p3_nlfuzz.py.
+	awk -v core="$tmp/core" -v ours="$tmp/ours" '
+		function flush() {
+			if (rec == "") return
+			if (rec ~ /kobject_init_and_add/ && rec ~ /sysfs_slab_add/)
+				printf "%s", rec >> core
+			else
+				printf "%s", rec >> ours
+			rec = ""
+		}
+		/^unreferenced object/ { flush() }
+		{ rec = rec $0 "\n" }
+		END { flush() }' "$leak"
+	n=$(grep -c '^unreferenced object' "$tmp/ours" 2>/dev/null)
+	k=$(grep -c '^unreferenced object' "$tmp/core" 2>/dev/null)
+	[ "${k:-0}" -eq 0 ] ||
+		echo "# kmemleak: ${k} object(s) of the core's known sysfs_slab_add() leak, set apart"
+	if [ "${n:-0}" -eq 0 ]; then
 		echo "ok - kmemleak: no unreferenced object after $1"
 	else
-		sed 's/^/# /' "$leak" | head -n 80
+		sed 's/^/# /' "$tmp/ours" | head -n 80
 		echo "not ok - kmemleak: $n unreferenced objects after $1"
 		rc=1
 	fi
