@@ -155,7 +155,7 @@ if [ $quick -eq 1 ]; then
 else
 	requests=100000 churn=(--cycles 1000 --reloads 100 --flows 100000)
 	faults=()
-	seconds=(4200 2900 3400 1320)
+	seconds=(4200 3600 3400 1320)
 fi
 # A 2 Mbit/s link: at 20, the background flows' KASAN-checked packets take
 # most of the guest's CPU, and the fuzzer crawls.
