@@ -814,7 +814,8 @@ def fuzz_phase(args, name, rng, nl, ifindex):
     target = Target(ifindex, parent, handle, name)
     gen = Gen(rng, target)
     gen.lo = nl.lo
-    n = args.requests // len(args.phases)
+    # Rounded up: -n is a floor (the issue asks for at least 100,000).
+    n = -(-args.requests // len(args.phases))
     ph = Stats()
     t0 = time.monotonic()
     last = nl.p3_at(ifindex, handle)
@@ -934,7 +935,7 @@ def main():
                                  formatter_class=argparse.
                                  RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--requests", type=int, default=20000,
-                    help="requests in all, split among the phases")
+                    help="requests in all, split among the phases (rounded up)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--phases", default="root,tbf,htb")
     ap.add_argument("--verify", type=float, default=0.1,
