@@ -148,18 +148,20 @@ suite() {
 	echo "# ==== debug-$name: took ${t0} s (estimated ${need} s)"
 }
 
+# --quick: nlfuzz's and churn's default sizes, which are the CI-sized ones.
 if [ $quick -eq 1 ]; then
-	requests=3000 churn=(--cycles 50 --reloads 5 --flows 5000 --socket-flows 200)
+	nlfuzz=() churn=()
 	faults=(--nth-step 7 --flow-faults 1000 --exclude libp3)
 	seconds=(450 360 570 1320)
 else
-	requests=100000 churn=(--cycles 1000 --reloads 100 --flows 100000)
+	nlfuzz=(-n 100000)
+	churn=(--cycles 1000 --reloads 100 --flows 100000 --socket-flows 2000)
 	faults=()
 	seconds=(4200 3600 3400 1320)
 fi
 # A 2 Mbit/s link: at 20, the background flows' KASAN-checked packets take
 # most of the guest's CPU, and the fuzzer crawls.
-suite nlfuzz "${seconds[0]}" python3 selftests/p3_nlfuzz.py -n "$requests" \
+suite nlfuzz "${seconds[0]}" python3 selftests/p3_nlfuzz.py "${nlfuzz[@]}" \
 	--link 2mbit --prefix "debug: "
 suite churn "${seconds[1]}" python3 selftests/p3_churn.py --prefix "debug: " "${churn[@]}"
 suite faults "${seconds[2]}" python3 selftests/p3_faults.py --prefix "debug: " "${faults[@]}"

@@ -27,8 +27,9 @@ kernel, kmemleak finds nothing that points at sch_p3 or the qdisc layer.
   selftests/vm-run -- selftests/p3_churn.py [--cycles N] [--reloads N]
       [--flows N] [--socket-flows N] [--prefix P]
 
-The defaults are sized for `make check`; check-debug runs --cycles 1000
---reloads 100 --flows 100000.
+The defaults are the CI-sized run of `make check` (stock kernels, and the
+debug kernel's --quick pass); `make check-debug` runs --cycles 1000
+--reloads 100 --flows 100000 --socket-flows 2000.
 """
 import argparse
 import bisect
@@ -348,13 +349,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.
                                  RawDescriptionHelpFormatter)
-    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--cycles", type=int, default=50)
     ap.add_argument("--batch", type=int, default=10,
                     help="cycles per tc -batch run")
-    ap.add_argument("--reloads", type=int, default=20)
-    ap.add_argument("--flows", type=int, default=20000,
+    ap.add_argument("--reloads", type=int, default=5)
+    ap.add_argument("--flows", type=int, default=5000,
                     help="forwarded short flows")
-    ap.add_argument("--socket-flows", type=int, default=2000,
+    ap.add_argument("--socket-flows", type=int, default=200,
                     help="local short flows, a socket each")
     ap.add_argument("--prefix", default="")
     args = ap.parse_args()

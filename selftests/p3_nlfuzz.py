@@ -25,8 +25,9 @@ Checks, in numbers:
   selftests/vm-run -- selftests/p3_nlfuzz.py [-n REQUESTS] [--seed S]
       [--phases root,tbf,htb] [--no-traffic] [--prefix P]
 
-The default of 20,000 requests fits `make check`; the 100,000 of
-check-debug are `-n 100000`. p3_churn.py and p3_faults.py import the
+The default of 3,000 requests is the CI-sized run of `make check` (stock
+kernels, and the debug kernel's --quick pass); `make check-debug` runs
+-n 100000. p3_churn.py and p3_faults.py import the
 netlink, namespace and kernel-report helpers from here.
 """
 import argparse
@@ -934,7 +935,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.
                                  RawDescriptionHelpFormatter)
-    ap.add_argument("-n", "--requests", type=int, default=20000,
+    ap.add_argument("-n", "--requests", type=int, default=3000,
                     help="requests in all, split among the phases (rounded up)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--phases", default="root,tbf,htb")
