@@ -161,7 +161,7 @@ else
 	nlfuzz=(-n 100000)
 	churn=(--cycles 1000 --reloads 100 --flows 100000 --socket-flows 2000)
 	faults=()
-	seconds=(4200 3600 3400 1320)
+	seconds=(3650 3660 1900 1320)
 fi
 # A 2 Mbit/s link: at 20, the background flows' KASAN-checked packets take
 # most of the guest's CPU, and the fuzzer crawls.
