@@ -156,12 +156,12 @@ suite() {
 if [ $quick -eq 1 ]; then
 	nlfuzz=() churn=()
 	faults=(--nth-step 7 --flow-faults 1000 --exclude libp3)
-	seconds=(450 360 570 1320)
+	seconds=(450 360 570 1500)
 else
 	nlfuzz=(-n 100000)
 	churn=(--cycles 1000 --reloads 100 --flows 100000 --socket-flows 2000)
 	faults=()
-	seconds=(3650 3660 1900 1320)
+	seconds=(3650 3660 1900 1500)
 fi
 # A 2 Mbit/s link: at 20, the background flows' KASAN-checked packets take
 # most of the guest's CPU, and the fuzzer crawls.
