@@ -33,6 +33,13 @@ def p3_root(opts=None):
     tc(f"qdisc replace dev {SDEV} root handle 1: p3 {opts}")
 
 
+def no_ipv6():
+    """Turns IPv6 off on the sender's link: the host's own chatter (MLD,
+    router solicitations) would otherwise share the queue, its drops and
+    its flow table with the packets a test counts."""
+    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+
+
 def start_bulk(conns, group=1):
     """Bulk TCP flows in band 7 that run until stop(): a fixed duration
     would end early on a slow (debug) kernel, where starting processes
@@ -247,9 +254,7 @@ def test_change_keeps_packets(chk):
     """`tc qdisc change` keeps every queued packet (bands folded into the
     new last band), except those over a lowered limit, which are counted
     as drops; the receiver gets exactly the rest."""
-    # The host's own IPv6 chatter (MLD, router solicitations) would share
-    # the queue and the drops; only the test's packets may be in it.
-    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+    no_ipv6()
     # 1000-byte packets leave once every 10 s: the queue stands still
     # while the test looks, even on a slow emulated CPU.
     p3_root("rate 800bit")
@@ -342,7 +347,7 @@ def test_peek_under_tbf(chk):
     first bulk packet leaves at once (tbf's burst), the second only after
     14 s, so an urgent packet queued within 12 s finds two waiting (a slow
     emulated CPU may take seconds to start the sender)."""
-    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+    no_ipv6()
     tbf_parent("500bit", burst="1100", latency="60s")
     sink = Sink()
     group = 30
@@ -458,9 +463,7 @@ def test_gc_100k_flows(chk):
     sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
     sh("ip link set g1 up", ns=SND)
     sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
-    # The host's own IPv6 chatter (MLD, router solicitations) would make
-    # flows of its own, one of them young when the test looks for none.
-    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+    no_ipv6()
     p3_root("")
     base = slab_objects()
     x0 = qdisc_json()["xstats"]
