@@ -14,8 +14,8 @@ import statistics
 import sys
 import time
 
-from p3lib import (PORT, RADDR, RADDR6, RCV, SDEV, SND, Check, KernelLog,
-                   Sink, Tap, class_stats, diff_bands, p3t, parse_rate,
+from p3lib import (PORT, RADDR, RADDR6, SDEV, SND, Check, KernelLog, Sink,
+                   Tap, class_stats, diff_bands, no_ipv6, p3t, parse_rate,
                    qdisc_json, sh, tc, tcp_rate, tcp_span, teardown,
                    topology)
 
@@ -31,13 +31,6 @@ BULK, URGENT = "prio:8", "prio:1"   # bands 7 and 0 of an 8-band p3
 def p3_root(opts=None):
     opts = f"rate {RATE}" if opts is None else opts
     tc(f"qdisc replace dev {SDEV} root handle 1: p3 {opts}")
-
-
-def no_ipv6():
-    """Turns IPv6 off on the sender's link: the host's own chatter (MLD,
-    router solicitations) would otherwise share the queue, its drops and
-    its flow table with the packets a test counts."""
-    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
 
 
 def start_bulk(conns, group=1):

@@ -137,6 +137,14 @@ def topology(ipv6=True):
     sh(f"sh -c 'echo 1 > /sys/class/net/{RDEV}/queues/rx-0/rps_cpus'", ns=RCV)
 
 
+def no_ipv6():
+    """Turns IPv6 off on the sender's link: the host's own chatter (MLD,
+    and router solicitations, which Linux repeats with backoff for as long
+    as no router answers) would otherwise share the queue, its drops and
+    its flow table with the packets a test counts."""
+    sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
+
+
 def teardown():
     sh("pkill -f p3t.py", check=False)
     for ns in (SND, RCV, "p3rtr"):
