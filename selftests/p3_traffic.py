@@ -132,7 +132,8 @@ def test_urgent_latency(chk):
 
 def reorders(setup):
     """A UDP socket re-tagged between bulk and urgent every 5 datagrams,
-    behind saturating bulk TCP.  Returns the sink's counters for it."""
+    behind saturating bulk TCP.  Returns the sink's counters for it, and
+    where the receiving host dropped datagrams, if it did."""
     setup()
     sink = Sink()
     bulk = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "4",
@@ -143,13 +144,16 @@ def reorders(setup):
          "--group", "3"])
     bulk.wait(timeout=60)
     time.sleep(0.5)
-    return sink.stop()["udp"].get("3", {"received": 0, "reordered": 0})
+    rep = sink.stop()
+    return (rep["udp"].get("3", {"received": 0, "reordered": 0}),
+            rep["receive_drops"])
 
 
 def test_no_reorder(chk):
-    u = reorders(p3_root)
+    u, lost = reorders(p3_root)
     chk.note(f"p3: {u['received']}/2500 received, {u['reordered']} "
-             f"out of order")
+             f"out of order; qdisc drops {qdisc_json()['drops']}, "
+             f"receiver drops {lost}")
     chk.expect(u["reordered"] == 0, f"{u['reordered']} reordered")
     chk.expect(u["received"] == 2500, f"{2500 - u['received']} lost")
 
@@ -163,7 +167,7 @@ def test_reorder_control(chk):
            "burst 32k latency 200ms")
         tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: prio bands 3 "
            "priomap 2 0 2 2 2 2 2 2 2 2 2 2 2 2 2 2")
-    u = reorders(prio)
+    u, _ = reorders(prio)
     chk.note(f"prio: {u['received']}/2500 received, {u['reordered']} "
              f"out of order")
     chk.expect(u["reordered"] > 0, "prio did not reorder: test is blind")
@@ -187,14 +191,16 @@ def test_overflow(chk):
     mid.wait(timeout=60)
     flood.wait(timeout=120)
     time.sleep(1)
-    rep = sink.stop()["udp"]
+    report = sink.stop()
+    rep = report["udp"]
     d = diff_bands(class_stats(), before)
     xs = qdisc_json()["xstats"]
     drops = {b: v["drops"] for b, v in d.items() if v["drops"]}
     got = {g: rep.get(g, {}).get("received", 0) for g in ("10", "12", "11")}
     chk.note(f"drops per band {drops}; xstats drops_limit "
              f"{xs.get('drops_limit')}; received urgent {got['10']}/1000, "
-             f"mid {got['12']}/500, flood {got['11']}/15000")
+             f"mid {got['12']}/500, flood {got['11']}/15000; receiver "
+             f"drops {report['receive_drops']}")
     chk.expect(d[7]["drops"] > 0, "the least urgent band dropped nothing")
     chk.expect(all(v["drops"] == 0 for b, v in d.items() if b != 7),
                "a more urgent band dropped")

@@ -31,6 +31,7 @@ MAGIC = b"P3T1"
 DGRAM = struct.Struct("!BI")
 BIN = 0.1  # seconds per receive-rate bin
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # not in Python 3.11
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 
@@ -55,6 +56,24 @@ def family_of(addr):
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
+def receive_drops():
+    """Datagrams this host dropped on receipt, by cause: the backlog of
+    packets waiting for the receiving CPU (global), and full socket
+    buffers (this network namespace's UDP and UDP6 counters)."""
+    drops = {"backlog": 0, "rcvbuf": 0}
+    with open("/proc/net/softnet_stat") as f:
+        drops["backlog"] = sum(int(line.split()[1], 16) for line in f)
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    drops["rcvbuf"] += int(dict(zip(*rows))["RcvbufErrors"])
+    with open("/proc/net/snmp6") as f:
+        for line in f:
+            name, value = line.split()
+            if name == "Udp6RcvbufErrors":
+                drops["rcvbuf"] += int(value)
+    return drops
+
+
 class Sink:
     """Counts what arrives, per group, in time bins."""
 
@@ -63,6 +82,7 @@ class Sink:
         self.tcp_bins = {}      # group -> {bin: bytes}
         self.udp = {}           # group -> counters
         self.port = port
+        self.drops_at_start = receive_drops()
 
     def add_tcp(self, group, n):
         # Bins are in CLOCK_MONOTONIC, which every process in the VM
@@ -112,7 +132,13 @@ class Sink:
             ls.listen(128)
             sel.register(ls, selectors.EVENT_READ, "tcp")
             us = socket.socket(fam, socket.SOCK_DGRAM)
-            us.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            # The sink is one Python thread among the stream threads, and
+            # on a debug kernel it can stall for a second: SO_RCVBUF alone
+            # is capped at rmem_max (~200 KB, under 100 datagrams).
+            try:
+                us.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4 << 20)
+            except PermissionError:
+                us.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             us.bind((addr, self.port))
             sel.register(us, selectors.EVENT_READ, "udp")
         self.stop = False
@@ -132,10 +158,13 @@ class Sink:
 
     def report(self):
         with self.lock:
+            now = receive_drops()
             return {"bin": BIN,
                     "tcp": {g: sorted(b.items()) for g, b in
                             self.tcp_bins.items()},
-                    "udp": self.udp}
+                    "udp": self.udp,
+                    "receive_drops": {k: now[k] - self.drops_at_start[k]
+                                      for k in now}}
 
 
 def recv_exact(conn, size, progress=None):
