@@ -133,8 +133,9 @@ class Sink:
             sel.register(ls, selectors.EVENT_READ, "tcp")
             us = socket.socket(fam, socket.SOCK_DGRAM)
             # The sink is one Python thread among the stream threads, and
-            # on a debug kernel it can stall for a second: SO_RCVBUF alone
-            # is capped at rmem_max (~200 KB, under 100 datagrams).
+            # on a debug kernel it can stall for tenths of a second:
+            # SO_RCVBUF alone is capped at rmem_max (208 KB, doubled by
+            # the kernel: under 200 datagrams of 1,000 bytes).
             try:
                 us.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 4 << 20)
             except PermissionError:
