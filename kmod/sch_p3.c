@@ -33,9 +33,17 @@
 
 #include "compat.h"
 
-#define P3_HASH_BITS	12
 /* An empty flow keeps its DRR deficit this long, then is freed. */
 #define P3_FLOW_IDLE	HZ
+/* Idle flows one run of the GC timer frees at most: the timer holds the
+ * root lock, so this bounds the stall it adds to every packet of the
+ * device.  More are left to the next run, one jiffy later.
+ */
+#define P3_GC_BATCH	256
+/* Flows are filed by the size class of their backlog, fls(bytes) - 1, so
+ * that overflow finds a fattest flow in O(1): see p3_size_refile().
+ */
+#define P3_SIZE_CLASSES	32
 #define P3_MIN_QUANTUM	256
 #define P3_MAX_QUANTUM	(1U << 20)
 /* The pacer may make up for a late watchdog (or an idle gap) by sending
@@ -64,18 +72,22 @@ struct p3_flow {
 	 */
 	struct sk_buff		*min_head;
 	struct sk_buff		*min_tail;
-	struct list_head	band_node;	/* on bands[band].flows if qlen */
+	/* On bands[band].flows if qlen, else on the idle list. */
+	struct list_head	band_node;
 	struct hlist_node	hash_node;
+	struct hlist_node	size_node;	/* on by_size[size_slot] if qlen */
 	unsigned long		key;
 	unsigned long		idle_since;	/* jiffies, valid if !qlen */
 	u32			qlen;
 	u32			backlog;	/* bytes */
 	int			deficit;
+	u16			size_slot;	/* band * P3_SIZE_CLASSES + class */
 	u8			band;		/* served from, valid if qlen */
 };
 
 struct p3_band {
 	struct list_head		flows;	/* active flows, DRR order */
+	u32				sizes;	/* bit c: a flow of class c */
 	struct gnet_stats_basic_sync	bstats;	/* sent from this band */
 	struct gnet_stats_queue		qstats;	/* qlen, backlog, drops */
 };
@@ -85,6 +97,7 @@ struct p3_config {
 	u32	limit;		/* packets */
 	u32	memory;		/* bytes of skb truesize, 0 = no cap */
 	u32	quantum;
+	u32	buckets;	/* flow hash table, a power of two */
 	u8	bands;
 	u8	default_band;
 	bool	default_set;	/* else default follows bands - 1 */
@@ -105,6 +118,15 @@ struct p3_sched_data {
 	struct tcf_block	*block;
 	struct hlist_head	*flow_table;
 	u32			flows;
+	u32			buckets_log;
+	/* Flows holding packets by band and size class: overflow pushes
+	 * out of a fattest flow without walking the band.
+	 */
+	struct hlist_head	*by_size;
+	/* Flows holding no packets, oldest first: the GC frees from the
+	 * head, and never walks the table.
+	 */
+	struct list_head	idle;
 
 	/* statistics, written under the qdisc lock */
 	struct tc_p3_xstats	stats;
@@ -238,28 +260,46 @@ static bool p3_flow_is_stale(const struct p3_flow *flow)
 
 static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 {
+	list_del(&flow->band_node);
 	hlist_del(&flow->hash_node);
 	kmem_cache_free(p3_flow_cache, flow);
 	q->flows--;
 }
 
-/* Frees idle flows; all of them if @all, else only stale ones. */
-static void p3_gc(struct p3_sched_data *q, bool all)
+/*
+ * Frees idle flows, oldest first: all of them if @all, else up to
+ * P3_GC_BATCH stale ones.  Returns true if stale flows are left.
+ */
+static bool p3_gc(struct p3_sched_data *q, bool all)
 {
-	struct hlist_node *tmp;
-	struct p3_flow *flow;
-	unsigned int i;
+	unsigned int budget = P3_GC_BATCH;
+	struct p3_flow *flow, *tmp;
 
-	for (i = 0; i < (1U << P3_HASH_BITS); i++) {
-		hlist_for_each_entry_safe(flow, tmp, &q->flow_table[i],
-					  hash_node) {
-			if (flow->qlen || (!all && !p3_flow_is_stale(flow)))
-				continue;
-			p3_flow_free(q, flow);
-			if (!all)
-				q->stats.flows_gc++;
+	list_for_each_entry_safe(flow, tmp, &q->idle, band_node) {
+		if (!all) {
+			if (!p3_flow_is_stale(flow))
+				return false;
+			if (!budget--)
+				return true;
+			q->stats.flows_gc++;
 		}
+		p3_flow_free(q, flow);
 	}
+	return false;
+}
+
+/* Wakes the GC when the oldest idle flow turns stale, or at once if a
+ * run left stale flows behind.
+ */
+static void p3_gc_arm(struct p3_sched_data *q, bool stale_left)
+{
+	struct p3_flow *oldest;
+
+	oldest = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
+	if (!oldest)
+		return;
+	mod_timer(&q->gc_timer, stale_left ? jiffies + 1 :
+		  oldest->idle_since + P3_FLOW_IDLE + 1);
 }
 
 static void p3_gc_timer(struct timer_list *t)
@@ -270,18 +310,18 @@ static void p3_gc_timer(struct timer_list *t)
 	rcu_read_lock();
 	root_lock = qdisc_lock(qdisc_root_sleeping(q->sch));
 	spin_lock(root_lock);
-	p3_gc(q, false);
-	if (q->flows > q->flows_active)
-		mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+	p3_gc_arm(q, p3_gc(q, false));
 	spin_unlock(root_lock);
 	rcu_read_unlock();
 }
 
-/* Idle flows exist: make sure the GC timer will look at them. */
-static void p3_gc_arm(struct p3_sched_data *q)
+/* @flow holds no packets from now on: it joins the idle list's tail. */
+static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 {
+	flow->idle_since = jiffies;
+	list_move_tail(&flow->band_node, &q->idle);
 	if (!timer_pending(&q->gc_timer))
-		mod_timer(&q->gc_timer, jiffies + P3_FLOW_IDLE);
+		p3_gc_arm(q, false);
 }
 
 /*
@@ -296,7 +336,7 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 	struct hlist_node *tmp;
 	struct p3_flow *flow;
 
-	bucket = &q->flow_table[hash_long(key, P3_HASH_BITS)];
+	bucket = &q->flow_table[hash_long(key, q->buckets_log)];
 	hlist_for_each_entry_safe(flow, tmp, bucket, hash_node) {
 		if (flow->key == key)
 			return flow;
@@ -311,14 +351,52 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 		return NULL;
 	flow->key = key;
 	flow->deficit = q->cfg.quantum;
-	flow->idle_since = jiffies;
 	INIT_LIST_HEAD(&flow->band_node);
 	hlist_add_head(&flow->hash_node, bucket);
 	q->flows++;
 	q->stats.flows_created++;
 	/* Its first packet may yet be dropped, leaving it idle. */
-	p3_gc_arm(q);
+	p3_flow_idle(q, flow);
 	return flow;
+}
+
+/*
+ * Files a flow holding packets under its band and the size class of its
+ * backlog, and an empty flow nowhere.  Called whenever qlen, backlog or
+ * band change.  The fattest class of a band is the highest bit of its
+ * "sizes" mask, so a flow of it holds at least half the bytes of the
+ * band's fattest flow: the drop victim is found in O(1), where a walk
+ * would cost O(flows) for every packet pushed out at the limit.
+ */
+static void p3_size_refile(struct p3_sched_data *q, struct p3_flow *flow)
+{
+	bool filed = !hlist_unhashed(&flow->size_node);
+	u16 slot = flow->band * P3_SIZE_CLASSES + fls(flow->backlog | 1) - 1;
+
+	if (filed && flow->qlen && slot == flow->size_slot)
+		return;
+	if (filed) {
+		u16 old = flow->size_slot;
+
+		hlist_del_init(&flow->size_node);
+		if (hlist_empty(&q->by_size[old]))
+			q->bands[old / P3_SIZE_CLASSES].sizes &=
+				~BIT(old % P3_SIZE_CLASSES);
+	}
+	if (!flow->qlen)
+		return;
+	hlist_add_head(&flow->size_node, &q->by_size[slot]);
+	q->bands[flow->band].sizes |= BIT(slot % P3_SIZE_CLASSES);
+	flow->size_slot = slot;
+}
+
+/* A flow of @band holding at least half the bytes of its fattest. */
+static struct p3_flow *p3_fattest(struct p3_sched_data *q, u8 band)
+{
+	u32 class = fls(q->bands[band].sizes) - 1;
+
+	return hlist_entry(q->by_size[band * P3_SIZE_CLASSES + class].first,
+			   struct p3_flow, size_node);
 }
 
 static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
@@ -352,6 +430,7 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
 	q->active |= BIT_ULL(band);
 	p3_band_sub(q, old, flow->qlen, flow->backlog);
 	p3_band_add(q, band, flow->qlen, flow->backlog);
+	p3_size_refile(q, flow);
 }
 
 /*
@@ -389,7 +468,7 @@ static void p3_flow_push(struct p3_sched_data *q, struct p3_flow *flow,
 
 	if (!flow->qlen) {
 		flow->band = band;
-		list_add_tail(&flow->band_node, &q->bands[band].flows);
+		list_move_tail(&flow->band_node, &q->bands[band].flows);
 		q->active |= BIT_ULL(band);
 		q->flows_active++;
 	} else if (band < flow->band) {
@@ -398,6 +477,7 @@ static void p3_flow_push(struct p3_sched_data *q, struct p3_flow *flow,
 	}
 	flow->qlen++;
 	flow->backlog += len;
+	p3_size_refile(q, flow);
 	p3_band_add(q, flow->band, 1, len);
 	q->memory_usage += skb->truesize;
 }
@@ -440,14 +520,13 @@ static struct sk_buff *p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
 	qdisc_qstats_backlog_dec(sch, skb);
 
 	if (!flow->qlen) {
-		list_del_init(&flow->band_node);
-		flow->idle_since = jiffies;
+		p3_flow_idle(q, flow);
 		q->flows_active--;
-		p3_gc_arm(q);
 	}
 	p3_band_sub(q, band, 1, len);
 	if (flow->qlen && p3_flow_min_band(q, flow) != band)
 		p3_flow_move(q, flow, p3_flow_min_band(q, flow));
+	p3_size_refile(q, flow);
 	return skb;
 }
 
@@ -461,22 +540,20 @@ static int p3_least_urgent(const struct p3_sched_data *q)
 	return fls64(q->active) - 1;
 }
 
-/* Pushes out the head of the fattest flow of @band.  Returns its length. */
-static u32 p3_drop_from(struct Qdisc *sch, u8 band, struct sk_buff **to_free)
+/* Pushes out the head packet of a fattest flow of @band and adds its
+ * length to *@bytes.  Returns that flow.
+ */
+static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
+				    struct sk_buff **to_free)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow, *fattest = NULL;
-	struct sk_buff *skb;
-	u32 len;
+	struct p3_flow *flow = p3_fattest(q, band);
+	struct sk_buff *skb = p3_flow_pop(sch, flow);
 
-	list_for_each_entry(flow, &q->bands[band].flows, band_node)
-		if (!fattest || flow->backlog > fattest->backlog)
-			fattest = flow;
-	skb = p3_flow_pop(sch, fattest);
-	len = qdisc_pkt_len(skb);
+	*bytes += qdisc_pkt_len(skb);
 	q->bands[band].qstats.drops++;
 	qdisc_drop(skb, sch, to_free);
-	return len;
+	return flow;
 }
 
 /* Which limit admitting @pkts more packets of @truesize bytes in all would
@@ -500,6 +577,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	u32 len = qdisc_pkt_len(skb), pushed_len = 0, pushed = 0;
 	struct p3_flow *flow;
 	int band, victim, ret;
+	bool own_loss = false;
 	u64 *cause;
 	u8 serve;
 
@@ -534,7 +612,8 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 							  pushed_len);
 			return NET_XMIT_DROP;
 		}
-		pushed_len += p3_drop_from(sch, victim, to_free);
+		if (p3_drop_from(sch, victim, &pushed_len, to_free) == flow)
+			own_loss = true;
 		pushed++;
 		/* The flow may have lost its head packet to the limit. */
 		serve = flow->qlen ? min_t(u8, band, flow->band) : band;
@@ -546,6 +625,15 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	if (!pushed)
 		return NET_XMIT_SUCCESS;
 
+	/* Congestion is signalled only to the flow that paid for it (as
+	 * fq_codel does): TCP cuts its window on any positive return, so
+	 * NET_XMIT_CN for other flows' losses would starve an urgent flow
+	 * whenever less urgent traffic overflows the queue.
+	 */
+	if (!own_loss) {
+		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
+		return NET_XMIT_SUCCESS;
+	}
 	/* NET_XMIT_CN makes the parent skip adding this packet, so report
 	 * one packet fewer than were pushed out, and the byte difference.
 	 */
@@ -662,8 +750,7 @@ static void p3_purge(struct Qdisc *sch)
 			while (flow->qlen)
 				p3_free_skb(p3_flow_pop(sch, flow));
 	}
-	if (q->flow_table)
-		p3_gc(q, true);
+	p3_gc(q, true);
 	q->time_next_packet = 0;
 }
 
@@ -686,6 +773,7 @@ static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 	[TCA_P3_RATE]		= { .type = NLA_U64 },
 	[TCA_P3_PAD]		= { .type = NLA_REJECT,
 				    .reject_message = "Padding is not an option" },
+	[TCA_P3_BUCKETS]	= { .type = NLA_U32 },
 };
 
 static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
@@ -694,6 +782,7 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 	cfg->bands = P3_DEFAULT_BANDS;
 	cfg->tag = P3_TAG_PRIORITY;
 	cfg->limit = P3_DEFAULT_LIMIT;
+	cfg->buckets = P3_DEFAULT_BUCKETS;
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
 }
 
@@ -755,7 +844,36 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 	}
 	if (tb[TCA_P3_RATE])
 		cfg->rate = nla_get_u64(tb[TCA_P3_RATE]);
+	if (tb[TCA_P3_BUCKETS]) {
+		cfg->buckets = nla_get_u32(tb[TCA_P3_BUCKETS]);
+		if (cfg->buckets < P3_MIN_BUCKETS ||
+		    cfg->buckets > P3_MAX_BUCKETS ||
+		    !is_power_of_2(cfg->buckets)) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BUCKETS],
+					    "Buckets must be a power of two between 16 and 1048576");
+			return -EINVAL;
+		}
+	}
 	return 0;
+}
+
+/* Moves every flow into @table of 2^@log buckets: O(flows), once per
+ * change of "buckets".
+ */
+static void p3_rehash(struct p3_sched_data *q, struct hlist_head *table,
+		      u32 log)
+{
+	struct hlist_node *tmp;
+	struct p3_flow *flow;
+	u32 i;
+
+	for (i = 0; i < (1U << q->buckets_log); i++)
+		hlist_for_each_entry_safe(flow, tmp, &q->flow_table[i],
+					  hash_node) {
+			hlist_del(&flow->hash_node);
+			hlist_add_head(&flow->hash_node,
+				       &table[hash_long(flow->key, log)]);
+		}
 }
 
 /* Moves every flow of bands >= @bands into the new least urgent band. */
@@ -774,13 +892,17 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 	}
 }
 
-/* Installs @cfg; the caller holds the tree lock.  Packets over a lowered
- * limit are pushed out from the least urgent bands into @to_free.
+/* Installs @cfg, and @table if not NULL; the caller holds the tree lock.
+ * Packets over a lowered limit are pushed out from the least urgent bands
+ * into @to_free.  Returns the table it replaced, for the caller to free.
  */
-static void p3_config_commit(struct Qdisc *sch, const struct p3_config *cfg,
-			     struct sk_buff **to_free)
+static struct hlist_head *p3_config_commit(struct Qdisc *sch,
+					   const struct p3_config *cfg,
+					   struct hlist_head *table,
+					   struct sk_buff **to_free)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
+	struct hlist_head *old = q->flow_table;
 	u32 pushed = 0, pushed_len = 0;
 	u64 *cause;
 
@@ -799,11 +921,44 @@ static void p3_config_commit(struct Qdisc *sch, const struct p3_config *cfg,
 
 	while (q->active && (cause = p3_overlimit(sch, 0, 0))) {
 		(*cause)++;
-		pushed_len += p3_drop_from(sch, p3_least_urgent(q), to_free);
+		p3_drop_from(sch, p3_least_urgent(q), &pushed_len, to_free);
 		pushed++;
 	}
 	if (pushed)
 		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
+
+	if (!table)
+		return NULL;
+	if (old)
+		p3_rehash(q, table, ilog2(cfg->buckets));
+	q->flow_table = table;
+	q->buckets_log = ilog2(cfg->buckets);
+	return old;
+}
+
+/* Allocates what @cfg needs (the phase that may fail), then commits it
+ * under the tree lock (the phase that cannot).
+ */
+static int p3_apply(struct Qdisc *sch, const struct p3_config *cfg,
+		    struct netlink_ext_ack *extack)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct hlist_head *table = NULL;
+	struct sk_buff *to_free = NULL;
+
+	if (!q->flow_table || cfg->buckets != q->cfg.buckets) {
+		table = kvcalloc(cfg->buckets, sizeof(*table), GFP_KERNEL);
+		if (!table) {
+			NL_SET_ERR_MSG(extack, "No memory for the p3 flow table");
+			return -ENOMEM;
+		}
+	}
+	sch_tree_lock(sch);
+	table = p3_config_commit(sch, cfg, table, &to_free);
+	sch_tree_unlock(sch);
+	kvfree(table);
+	kfree_skb_list(to_free);
+	return 0;
 }
 
 static int p3_change(struct Qdisc *sch, struct nlattr *opt,
@@ -811,7 +966,6 @@ static int p3_change(struct Qdisc *sch, struct nlattr *opt,
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct nlattr *tb[TCA_P3_MAX + 1];
-	struct sk_buff *to_free = NULL;
 	struct p3_config cfg;
 	int err;
 
@@ -819,18 +973,12 @@ static int p3_change(struct Qdisc *sch, struct nlattr *opt,
 	if (err < 0)
 		return err;
 
-	/* Phase one: build and validate the whole new configuration. */
+	/* Build and validate the whole new configuration first. */
 	cfg = q->cfg;
 	err = p3_config_parse(&cfg, tb, extack);
 	if (err)
 		return err;
-
-	/* Phase two: commit; it cannot fail. */
-	sch_tree_lock(sch);
-	p3_config_commit(sch, &cfg, &to_free);
-	sch_tree_unlock(sch);
-	kfree_skb_list(to_free);
-	return 0;
+	return p3_apply(sch, &cfg, extack);
 }
 
 static int p3_init(struct Qdisc *sch, struct nlattr *opt,
@@ -849,6 +997,7 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 		INIT_LIST_HEAD(&q->bands[i].flows);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 	}
+	INIT_LIST_HEAD(&q->idle);
 	p3_config_default(&q->cfg, sch);
 	q->cfg.default_band = q->cfg.bands - 1;
 	sch->limit = q->cfg.limit;
@@ -857,14 +1006,14 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	if (err)
 		return err;
 
-	q->flow_table = kvcalloc(1U << P3_HASH_BITS, sizeof(*q->flow_table),
-				 GFP_KERNEL);
-	if (!q->flow_table) {
-		NL_SET_ERR_MSG(extack, "No memory for the p3 flow table");
+	q->by_size = kvcalloc(P3_MAX_BANDS * P3_SIZE_CLASSES,
+			      sizeof(*q->by_size), GFP_KERNEL);
+	if (!q->by_size) {
+		NL_SET_ERR_MSG(extack, "No memory for the p3 size classes");
 		return -ENOMEM;
 	}
-
-	return opt ? p3_change(sch, opt, extack) : 0;
+	/* There is no flow table yet: applying a configuration makes it. */
+	return opt ? p3_change(sch, opt, extack) : p3_apply(sch, &q->cfg, extack);
 }
 
 static void p3_destroy(struct Qdisc *sch)
@@ -876,6 +1025,7 @@ static void p3_destroy(struct Qdisc *sch)
 	timer_shutdown_sync(&q->gc_timer);
 	p3_purge(sch);
 	kvfree(q->flow_table);
+	kvfree(q->by_size);
 }
 
 static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
@@ -893,6 +1043,7 @@ static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
 	    nla_put_u32(skb, TCA_P3_LIMIT, cfg->limit) ||
 	    nla_put_u32(skb, TCA_P3_MEMORY, cfg->memory) ||
 	    nla_put_u32(skb, TCA_P3_QUANTUM, cfg->quantum) ||
+	    nla_put_u32(skb, TCA_P3_BUCKETS, cfg->buckets) ||
 	    nla_put_u64_64bit(skb, TCA_P3_RATE, cfg->rate, TCA_P3_PAD)) {
 		nla_nest_cancel(skb, opts);
 		return -EMSGSIZE;

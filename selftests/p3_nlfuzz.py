@@ -79,12 +79,12 @@ NLA = struct.Struct("=HH")
 # TCA_P3_*, from include/uapi/linux/pkt_sched_p3.h: type -> (name, size,
 # [valid values or (lo, hi)]).
 P3_BANDS, P3_DEFAULT, P3_TAG, P3_LIMIT = 1, 2, 3, 4
-P3_MEMORY, P3_QUANTUM, P3_RATE, P3_PAD = 5, 6, 7, 8
-P3_MAX = 8
+P3_MEMORY, P3_QUANTUM, P3_RATE, P3_PAD, P3_BUCKETS = 5, 6, 7, 8, 9
+P3_MAX = 9
 P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
              P3_TAG: ("tag", 1), P3_LIMIT: ("limit", 4),
              P3_MEMORY: ("memory", 4), P3_QUANTUM: ("quantum", 4),
-             P3_RATE: ("rate", 8)}
+             P3_RATE: ("rate", 8), P3_BUCKETS: ("buckets", 4)}
 FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -407,6 +407,8 @@ BAD_VALUES = {
     P3_MEMORY: lambda r: r.choice([1, 2, 1500, 4096, 65535]),
     P3_QUANTUM: lambda r: r.choice([0, 1, 255, (1 << 20) + 1, 1 << 24,
                                     0xffffffff]),
+    P3_BUCKETS: lambda r: r.choice([0, 1, 8, 15, 17, 1000, 4095,
+                                    (1 << 20) + 1, 1 << 21, 0xffffffff]),
 }
 
 
@@ -471,6 +473,10 @@ class Gen:
                           0xffffffffffffffff, r.randint(1, 1 << 40)])
             attrs.append((P3_RATE, u(8, v)))
             sent["rate"] = v
+        if r.random() < 0.2:
+            v = r.choice([16, 1024, 4096, 4096, 65536, 1 << 20])
+            attrs.append((P3_BUCKETS, u(4, v)))
+            sent["buckets"] = v
         r.shuffle(attrs)
         return attrs, sent, bands
 
@@ -519,7 +525,7 @@ class Gen:
             sent = {}
         elif kind == "unknown":
             t = r.choice([0, P3_MAX + 1, P3_MAX + 2, 31, 255, 0x3fff,
-                          r.randint(9, 0x3fff)])
+                          r.randint(P3_MAX + 1, 0x3fff)])
             attrs.insert(r.randrange(len(attrs) + 1),
                          (t, u(4, r.getrandbits(32)), True))
             sent = {}

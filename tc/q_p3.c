@@ -36,6 +36,7 @@ struct p3_opt {
 	__u32	limit;
 	__u32	memory;
 	__u32	quantum;
+	__u32	buckets;
 	__u64	rate;
 };
 
@@ -53,10 +54,13 @@ static void p3_explain(void)
 	fprintf(stderr,
 		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
 		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
+		"              [ buckets N ]\n"
 		"Defaults: bands " __stringify(P3_DEFAULT_BANDS) " ("
 		__stringify(P3_MIN_BANDS) ".." __stringify(P3_MAX_BANDS) "), "
 		"default bands-1, tag priority, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
-		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced).\n"
+		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced),\n"
+		"          buckets " __stringify(P3_DEFAULT_BUCKETS) " (a power of two, "
+		__stringify(P3_MIN_BUCKETS) "..1048576).\n"
 		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
 		"See tc-p3(8).\n");
 }
@@ -146,6 +150,19 @@ static const char *p3_parse_quantum(struct p3_opt *o, const char *arg,
 	return NULL;
 }
 
+static const char *p3_parse_buckets(struct p3_opt *o, const char *arg,
+				    const char *dev)
+{
+	__u32 v;
+
+	if (get_u32(&v, arg, 0) || v < P3_MIN_BUCKETS || v > P3_MAX_BUCKETS ||
+	    (v & (v - 1)))
+		return "expected a power of two, " __stringify(P3_MIN_BUCKETS)
+		       "..1048576";
+	o->buckets = v;
+	return NULL;
+}
+
 static const char *p3_parse_rate(struct p3_opt *o, const char *arg,
 				 const char *dev)
 {
@@ -172,6 +189,7 @@ static const struct p3_arg {
 	{ "memory",	TCA_P3_MEMORY,	p3_parse_memory },
 	{ "quantum",	TCA_P3_QUANTUM,	p3_parse_quantum },
 	{ "rate",	TCA_P3_RATE,	p3_parse_rate },
+	{ "buckets",	TCA_P3_BUCKETS,	p3_parse_buckets },
 };
 
 static const struct p3_arg *p3_find_arg(const char *name)
@@ -214,6 +232,8 @@ static int p3_put_opt(struct nlmsghdr *n, const struct p3_opt *o)
 		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_QUANTUM, o->quantum);
 	if (p3_has(o, TCA_P3_RATE))
 		err |= addattr64(n, P3_NLMSG_MAX, TCA_P3_RATE, o->rate);
+	if (p3_has(o, TCA_P3_BUCKETS))
+		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_BUCKETS, o->buckets);
 	addattr_nest_end(n, nest);
 	return err ? -1 : 0;
 }
@@ -298,6 +318,9 @@ static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
 	if (p3_attr_ok(tb, TCA_P3_RATE, sizeof(__u64)))
 		tc_print_rate(PRINT_ANY, "rate", "rate %s ",
 			      rta_getattr_u64(tb[TCA_P3_RATE]));
+	if (p3_attr_ok(tb, TCA_P3_BUCKETS, sizeof(__u32)))
+		print_uint(PRINT_ANY, "buckets", "buckets %u ",
+			   rta_getattr_u32(tb[TCA_P3_BUCKETS]));
 	return 0;
 }
 

@@ -68,6 +68,7 @@ static void put_options(struct msgbuf *m, __u8 tag)
 	/* As nla_put_u64_64bit() does when the u64 would be misaligned. */
 	put(m, TCA_P3_PAD, NULL, 0);
 	put(m, TCA_P3_RATE, &rate, sizeof(rate));
+	put_u32(m, TCA_P3_BUCKETS, 65536);
 	end(m, nest);
 }
 

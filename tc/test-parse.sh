@@ -165,6 +165,9 @@ rejects "memory -1"			'^p3: invalid memory "-1"' memory -1
 rejects "memory 4q has a bad unit"	'^p3: invalid memory "4q"' memory 4q
 rejects "memory 5gb is above u32"	'^p3: invalid memory "5gb"' memory 5gb
 rejects "quantum abc"			'^p3: invalid quantum "abc"' quantum abc
+rejects "buckets 1000 is no power of two"	'^p3: invalid buckets "1000": expected a power of two, 16\.\.1048576$' buckets 1000
+rejects "buckets 8 is below 16"		'^p3: invalid buckets "8"' buckets 8
+rejects "buckets 2097152 is above 2^20"	'^p3: invalid buckets "2097152"' buckets 2097152
 rejects "rate fast"			'^p3: invalid rate "fast"' rate fast
 rejects "rate -10mbit"			'^p3: invalid rate "-10mbit"' rate -10mbit
 rejects "unknown option"		'^p3: unknown option "bandz"$' bandz 4
@@ -187,8 +190,8 @@ fi
 
 accepts "no options send an empty nest" ""
 accepts "every option round-trips" \
-	"bands 4 default 3 tag mark limit 100 memory 4Mb quantum 3028b rate 10Mbit " \
-	bands 4 default 3 tag mark limit 100 memory 4mb quantum 3028 rate 10mbit
+	"bands 4 default 3 tag mark limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 " \
+	bands 4 default 3 tag mark limit 100 memory 4mb quantum 3028 rate 10mbit buckets 65536
 accepts "only the options given are sent (change keeps the rest)" \
 	"limit 5 " limit 5
 accepts "bands 64 default 63 is the upper edge" \
@@ -197,6 +200,7 @@ accepts "bands 2 default 1 tag priority is the lower edge" \
 	"bands 2 default 1 tag priority " bands 2 default 1 tag priority
 accepts "memory 0 and rate 0 mean no cap and unpaced" \
 	"tag dscp memory 0b rate 0bit " tag dscp memory 0 rate 0
+accepts "buckets 16 and 1048576 are the edges" "buckets 1048576 " buckets 16 buckets 1048576
 accepts "the last of a repeated option wins" "bands 16 " bands 8 bands 16
 
 echo "# the kernel took $ntaken of $nsent requests (none without sch_p3)"
@@ -204,7 +208,7 @@ echo "# the kernel took $ntaken of $nsent requests (none without sch_p3)"
 # --- printing what the kernel dumps ----------------------------------------
 
 shows "tc -s prints options and every xstats field" full \
-	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit $' \
+	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 $' \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
 	'^  drops_limit 8 drops_memory 9 drops_alloc 10$'
@@ -227,7 +231,8 @@ else
 	import json, sys
 	q = json.load(open(sys.argv[1]))[0]
 	want = {"bands": 4, "default": 3, "tag": "dscp", "limit": 100,
-	        "memory": 4 << 20, "quantum": 3028, "rate": 1250000}
+	        "memory": 4 << 20, "quantum": 3028, "rate": 1250000,
+	        "buckets": 65536}
 	assert q["options"] == want, q["options"]
 	xs = ["flows", "flows_active", "flows_created", "flows_gc",
 	      "preemptions", "boosts", "untagged", "drops_limit",

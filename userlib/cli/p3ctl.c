@@ -38,7 +38,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: p3ctl [--json] add|change|replace DEV [parent ID] [handle ID] [bands N]\n"
 	      "              [default B] [tag dscp|priority|mark] [limit PKTS]\n"
-	      "              [memory BYTES] [quantum BYTES] [rate RATE]\n"
+	      "              [memory BYTES] [quantum BYTES] [rate RATE] [buckets N]\n"
 	      "       p3ctl [--json] del|show DEV [parent ID] [handle ID]\n"
 	      "       p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]\n"
 	      "ID is root, MAJ: or MAJ:MIN (hex); RATE as tc: 50mbit, 1gbit, 10mbps;\n"
@@ -189,6 +189,10 @@ static int parse_opt(struct cli *c, const char *key, const char *val)
 		o->mask |= P3_QOPT_QUANTUM;
 		return 0;
 	}
+	if (!strcmp(key, "buckets") && !parse_u32(val, &o->buckets, UINT32_MAX)) {
+		o->mask |= P3_QOPT_BUCKETS;
+		return 0;
+	}
 	if (!strcmp(key, "rate") && !parse_rate(val, &o->rate)) {
 		o->mask |= P3_QOPT_RATE;
 		return 0;
@@ -308,6 +312,8 @@ static void print_opts_text(const struct p3_qdisc_stats *st)
 		printf(" quantum %" PRIu32 "b", o->quantum);
 	if (o->mask & P3_QOPT_RATE)
 		printf(" rate %s", o->rate ? fmt_rate((double)o->rate, r, sizeof(r)) : "unlimited");
+	if (o->mask & P3_QOPT_BUCKETS)
+		printf(" buckets %" PRIu32, o->buckets);
 	putchar('\n');
 }
 
@@ -321,7 +327,8 @@ static void print_opts_json(const struct p3_qdisc_stats *st)
 	printf("\"bands\":%u,\"default\":%u,\"tag\":\"%s\",", o->bands, o->defband,
 	       (o->mask & P3_QOPT_TAG) ? p3_tag_method_name(o->tag) : "");
 	printf("\"limit\":%" PRIu32 ",\"memory\":%" PRIu32 ",\"quantum\":%" PRIu32
-	       ",\"rate\":%" PRIu64 "}", o->limit, o->memory, o->quantum, o->rate);
+	       ",\"rate\":%" PRIu64 ",\"buckets\":%" PRIu32 "}", o->limit, o->memory,
+	       o->quantum, o->rate, o->buckets);
 }
 
 static void print_band_json(const struct p3_band_stats *b, const double *rate)

@@ -355,6 +355,7 @@ void p3_chan_close(struct p3_chan *c);
 #define P3_QOPT_MEMORY		(1u << 4)
 #define P3_QOPT_QUANTUM		(1u << 5)
 #define P3_QOPT_RATE		(1u << 6)
+#define P3_QOPT_BUCKETS		(1u << 7)
 
 struct p3_qdisc_opts {
 	uint32_t	mask;		/* P3_QOPT_* */
@@ -365,6 +366,7 @@ struct p3_qdisc_opts {
 	uint32_t	memory;		/* bytes, 0 = no byte cap */
 	uint32_t	quantum;	/* DRR quantum, bytes */
 	uint64_t	rate;		/* bytes per second, 0 = unpaced */
+	uint32_t	buckets;	/* flow hash table, a power of two */
 };
 
 /* Create (fails if one exists), change in place, or create-or-replace.

@@ -191,6 +191,7 @@ static void parse_opts(struct nlattr *nest, struct p3_qdisc_opts *o)
 	o->mask |= opt_u32(tb, TCA_P3_LIMIT, &o->limit) ? P3_QOPT_LIMIT : 0;
 	o->mask |= opt_u32(tb, TCA_P3_MEMORY, &o->memory) ? P3_QOPT_MEMORY : 0;
 	o->mask |= opt_u32(tb, TCA_P3_QUANTUM, &o->quantum) ? P3_QOPT_QUANTUM : 0;
+	o->mask |= opt_u32(tb, TCA_P3_BUCKETS, &o->buckets) ? P3_QOPT_BUCKETS : 0;
 	if (tb[TCA_P3_RATE] && nla_len(tb[TCA_P3_RATE]) >= 8) {
 		memcpy(&o->rate, nla_data(tb[TCA_P3_RATE]), 8);
 		o->mask |= P3_QOPT_RATE;

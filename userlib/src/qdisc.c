@@ -147,6 +147,8 @@ static int put_opts(struct nl_msg *msg, const struct p3_qdisc_opts *o)
 		err |= nla_put_u32(msg, TCA_P3_QUANTUM, o->quantum);
 	if (o->mask & P3_QOPT_RATE)
 		err |= nla_put_u64(msg, TCA_P3_RATE, o->rate);
+	if (o->mask & P3_QOPT_BUCKETS)
+		err |= nla_put_u32(msg, TCA_P3_BUCKETS, o->buckets);
 	if (err)
 		return -EMSGSIZE;
 	return nla_nest_end(msg, nest) ? -EMSGSIZE : 0;
@@ -157,7 +159,7 @@ static int check_opts(const struct p3_qdisc_opts *o)
 	if (!o)
 		return 0;
 	if (o->mask & ~(P3_QOPT_BANDS | P3_QOPT_DEFAULT | P3_QOPT_TAG | P3_QOPT_LIMIT |
-			P3_QOPT_MEMORY | P3_QOPT_QUANTUM | P3_QOPT_RATE))
+			P3_QOPT_MEMORY | P3_QOPT_QUANTUM | P3_QOPT_RATE | P3_QOPT_BUCKETS))
 		return -EINVAL;
 	if ((o->mask & P3_QOPT_TAG) && (o->tag < P3_METHOD_DSCP || o->tag > P3_METHOD_MARK))
 		return -EINVAL;

@@ -18,6 +18,11 @@
 /* Defaults applied when an attribute is absent at creation. */
 #define P3_DEFAULT_BANDS	8
 #define P3_DEFAULT_LIMIT	10000	/* packets */
+#define P3_DEFAULT_BUCKETS	4096	/* flow hash table */
+
+/* The flow hash table's size is a power of two in this range. */
+#define P3_MIN_BUCKETS		16
+#define P3_MAX_BUCKETS		(1U << 20)
 
 /*
  * Where the tag is read from.  Tag value t in 1..bands selects band t-1;
@@ -42,6 +47,7 @@ enum {
 	TCA_P3_QUANTUM,		/* u32: DRR quantum in bytes */
 	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
 	TCA_P3_PAD,
+	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
 	__TCA_P3_MAX
 };
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)

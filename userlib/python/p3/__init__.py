@@ -92,7 +92,7 @@ class _Completion(ctypes.Structure):
 class _QdiscOpts(ctypes.Structure):
     _fields_ = [('mask', _u32), ('bands', _u8), ('defband', _u8), ('tag', _u8),
                 ('limit', _u32), ('memory', _u32), ('quantum', _u32),
-                ('rate', _u64)]
+                ('rate', _u64), ('buckets', _u32)]
 
 
 class _BandStats(ctypes.Structure):
@@ -512,7 +512,7 @@ class Listener:
 
 _QOPTS = (('bands', 1 << 0), ('default', 1 << 1), ('tag', 1 << 2),
           ('limit', 1 << 3), ('memory', 1 << 4), ('quantum', 1 << 5),
-          ('rate', 1 << 6))
+          ('rate', 1 << 6), ('buckets', 1 << 7))
 
 
 def _handle_id(h, default):
@@ -560,7 +560,7 @@ def _qdisc_modify(op, dev, parent, handle, kw):
 
 def qdisc_add(dev, parent='root', handle=None, **opts):
     """Create a p3 qdisc; options: bands default tag limit memory quantum
-    rate (bytes/s)."""
+    rate (bytes/s) buckets."""
     _qdisc_modify('add', dev, parent, handle, opts)
 
 

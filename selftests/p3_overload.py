@@ -1,0 +1,323 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Overload selftests of the p3 qdisc, run as root inside the selftest VM.
+
+When less urgent traffic overflows the queue, p3 pushes it out to admit
+more urgent packets.  These tests check two consequences:
+
+  accounting   under tbf, htb, drr, hfsc and ets, every way a packet can
+               be pushed out (another flow's packet, the sender's own
+               flow's, the sender's own packet) leaves the parent's qlen,
+               backlog and drops equal to p3's, and only a sender whose
+               own packet was dropped gets an error (ENOBUFS).
+  goodput      an urgent TCP flow keeps its goodput beside an untagged
+               UDP flood (limit 200, the default limit, a memory cap) and
+               beside 64 bulk TCP flows at a small limit: congestion is
+               signalled only to the flow that lost a packet.
+
+  selftests/vm-run -- selftests/p3_overload.py [-t NAME]... [--table]
+
+--table also measures prio and skbprio in the same cases and prints the
+Markdown table of docs/benchmarks.md (bench/overload/run.sh).
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from p3lib import (RADDR, RCV, RDEV, SDEV, SND, Check, KernelLog, Tap,
+                   class_stats, no_ipv6, qdisc_json, sh, tc, teardown,
+                   topology)
+
+RATE = "20mbit"
+URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
+URGENT_PORT, BULK_PORT = 5201, 5202
+
+# A sender that keeps its sockets: "NAME COUNT PRIO" on stdin sends COUNT
+# 100-byte datagrams from socket NAME with SO_PRIORITY PRIO and answers
+# how many sendto() calls failed.  IP_RECVERR makes UDP report the
+# ENOBUFS of a dropped packet instead of counting it in silence.
+SENDER = r"""
+import socket, sys
+socks = {}
+for line in sys.stdin:
+    name, count, prio = line.split()
+    s = socks.get(name)
+    if s is None:
+        s = socks[name] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVERR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, int(prio))
+    errs = 0
+    for _ in range(int(count)):
+        try:
+            s.sendto(bytes(100), (sys.argv[1], 9))
+        except OSError:
+            errs += 1
+    print(errs, flush=True)
+"""
+
+
+class Sender:
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", SND, sys.executable, "-c", SENDER,
+             RADDR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+
+    def send(self, name, count, prio):
+        """Returns how many of the @count datagrams failed to send."""
+        self.proc.stdin.write(f"{name} {count} {prio}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+# Parents of p3, each with one class 1:1 that holds p3 as 10:.  None of
+# them shapes below p3's own pacer, so whatever p3 holds, the parent
+# counts as its backlog too.
+PARENTS = {
+    "tbf": ["qdisc add dev {d} root handle 1: tbf rate 1gbit burst 1mb "
+            "latency 1s"],
+    "htb": ["qdisc add dev {d} root handle 1: htb default 1",
+            "class add dev {d} parent 1: classid 1:1 htb rate 1gbit"],
+    "drr": ["qdisc add dev {d} root handle 1: drr",
+            "class add dev {d} parent 1: classid 1:1 drr",
+            "filter add dev {d} parent 1: matchall classid 1:1"],
+    "hfsc": ["qdisc add dev {d} root handle 1: hfsc default 1",
+             "class add dev {d} parent 1: classid 1:1 hfsc ls m2 1gbit"],
+    "ets": ["qdisc add dev {d} root handle 1: ets bands 1"],
+}
+
+
+def counters(kind):
+    q = qdisc_json(kind=kind)
+    return q["qlen"], q["backlog"], q["drops"]
+
+
+def accounting(chk, parent, p3_opts, fill):
+    """Pushes packets out of a p3 under @parent in every way there is and
+    compares the parent's counters with p3's after each step.  @fill
+    datagrams overflow the queue @p3_opts allows."""
+    no_ipv6()
+    for cmd in PARENTS[parent]:
+        tc(cmd.format(d=SDEV))
+    # 8 bit/s: the first packet leaves, the rest stay for the whole test.
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 rate 8bit "
+       f"{p3_opts}")
+    snd = Sender()
+    steps = [
+        # (what, socket, datagrams, SO_PRIORITY, failures expected)
+        ("bulk fills the queue", "bulk", fill, 8, 0),
+        ("urgent pushes bulk out", "urgent", 5, 1, 0),
+        ("bulk pushes its own flow out", "bulk", 5, 8, 0),
+        ("a second bulk flow pushes the first out", "bulk2", 3, 8, 0),
+        ("urgent pushes out the rest of bulk", "urgent", fill, 1, 0),
+        ("bulk finds only urgent: its own packets drop", "bulk", 4, 8, 4),
+    ]
+    try:
+        for what, name, count, prio, want_errs in steps:
+            errs = snd.send(name, count, prio)
+            p3 = counters("p3")
+            top = counters(parent)
+            bands = class_stats()
+            chk.note(f"{parent}: {what}: p3 qlen/backlog/drops {p3}, "
+                     f"{parent} {top}, send errors {errs}")
+            chk.expect(top == p3, f"{parent}: {what}: parent counts {top},"
+                       f" p3 {p3}")
+            chk.expect(errs == want_errs, f"{parent}: {what}: {errs} "
+                       f"sends failed, want {want_errs}")
+            chk.expect(sum(b["qlen"] for b in bands.values()) == p3[0],
+                       f"{parent}: {what}: band qlens do not add up")
+        chk.expect(bands[7]["qlen"] == 0 and bands[0]["qlen"] == p3[0],
+                   f"queue {p3[0]}, urgent {bands[0]['qlen']}: not a "
+                   "queue of urgent packets only")
+    finally:
+        snd.close()
+
+
+def iperf_server(port):
+    return subprocess.Popen(["ip", "netns", "exec", RCV, "iperf3", "-s",
+                             "-p", str(port), "-1"],
+                            stdout=subprocess.DEVNULL)
+
+
+def iperf(args, port, wait=True):
+    cmd = ["ip", "netns", "exec", SND, "iperf3", "-c", RADDR, "-p",
+           str(port), "-J"] + args
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    return json.loads(subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
+                                     check=True, timeout=120).stdout)
+
+
+def qdisc_setup(kind, opts):
+    """tbf at the link rate at the sender's root, @kind as its child."""
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} burst 32k "
+       "latency 300ms")
+    if kind == "prio":
+        # Band 0 for DSCP 1 (TOS 4 maps to priority 2), band 1 for the rest.
+        tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: prio bands 2 "
+           "priomap 1 1 0 1 1 1 1 1 1 1 1 1 1 1 1 1")
+    elif kind == "skbprio":
+        # skbprio reads skb->priority: TOS 4 sets it to 2, untagged is 0.
+        tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: skbprio {opts}")
+    else:
+        tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 bands 8 tag dscp "
+           f"{opts}")
+
+
+BACKGROUND = {
+    "alone": None,
+    "udp flood": ["-u", "-b", "80M", "-l", "1000"],
+    "udp at half the link": ["-u", "-b", "10M", "-l", "1000"],
+    "64 bulk tcp": ["-P", "64"],
+}
+
+
+def urgent_goodput(kind, opts, background, seconds=8):
+    """Goodput, mean cwnd and retransmits of one urgent TCP flow (TOS 4)
+    over a 20 Mbit/s link with 20 ms on the ACK path, beside @background
+    sent untagged.  Returns a dict, with the qdisc's drops."""
+    topology()
+    sh(f"tc qdisc add dev {RDEV} root netem delay 20ms", ns=RCV)
+    qdisc_setup(kind, opts)
+    servers = [iperf_server(URGENT_PORT), iperf_server(BULK_PORT)]
+    time.sleep(0.5)
+    bg = None
+    try:
+        if BACKGROUND[background]:
+            bg = iperf(BACKGROUND[background] + ["-t", str(seconds + 4)],
+                       BULK_PORT, wait=False)
+            time.sleep(2)
+        r = iperf(["-S", str(URGENT_TOS), "-t", str(seconds), "-O", "1"],
+                  URGENT_PORT)
+    finally:
+        if bg:
+            bg.wait(timeout=120)
+        for s in servers:
+            s.kill()
+            s.wait()
+    cwnds = [s["snd_cwnd"] for i in r["intervals"] for s in i["streams"]
+             if not s.get("omitted")]
+    q = qdisc_json(kind=kind)
+    return {"mbit": r["end"]["sum_received"]["bits_per_second"] / 1e6,
+            "cwnd": sum(cwnds) / len(cwnds) / 1448 if cwnds else 0,
+            "retrans": r["end"]["sum_sent"].get("retransmits", 0),
+            "drops": q["drops"]}
+
+
+# (name, background, p3 options, share of the alone goodput required)
+GOODPUT_CASES = [
+    ("udp_flood_limit_200", "udp flood", "limit 200", 0.95),
+    ("udp_flood_default_limit", "udp flood", "", 0.95),
+    ("udp_flood_memory_cap", "udp flood", "memory 256kb", 0.95),
+    ("tcp_64_flows_limit_64", "64 bulk tcp", "limit 64", 0.90),
+]
+
+
+def fmt(m):
+    return (f"{m['mbit']:.1f} Mbit/s, cwnd {m['cwnd']:.0f}, "
+            f"{m['retrans']} retransmits, qdisc drops {m['drops']}")
+
+
+def test_goodput(chk, alone, name):
+    _, background, opts, share = next(c for c in GOODPUT_CASES
+                                      if c[0] == name)
+    m = urgent_goodput("p3", opts, background)
+    chk.note(f"alone {fmt(alone)}; beside {background} "
+             f"({opts or 'no options'}): {fmt(m)}; "
+             f"{m['mbit'] / alone['mbit']:.3f} of alone")
+    chk.expect(m["drops"] > 0, "premise: the queue never overflowed")
+    chk.expect(m["mbit"] >= share * alone["mbit"],
+               f"urgent goodput {m['mbit']:.1f} Mbit/s is below "
+               f"{share:.0%} of alone ({alone['mbit']:.1f})")
+
+
+TABLE_CASES = [
+    ("alone", "p3", "", "alone"),
+    ("beside a UDP flood, `limit 200`", "p3", "limit 200", "udp flood"),
+    ("beside a UDP flood, default `limit` (10000)", "p3", "", "udp flood"),
+    ("beside a UDP flood, `memory 256kb`", "p3", "memory 256kb",
+     "udp flood"),
+    ("beside 64 bulk TCP flows, `limit 64`", "p3", "limit 64",
+     "64 bulk tcp"),
+    ("beside UDP at half the link, no overflow", "p3", "",
+     "udp at half the link"),
+    ("`prio bands 2`, UDP flood", "prio", "", "udp flood"),
+    ("`skbprio limit 200`, UDP flood", "skbprio", "limit 200",
+     "udp flood"),
+]
+
+
+def table():
+    print("| Case | Urgent TCP, Mbit/s | Of alone | Mean cwnd | "
+          "Retransmits | Qdisc drops |")
+    print("|---|---|---|---|---|---|")
+    alone = None
+    for name, kind, opts, background in TABLE_CASES:
+        m = urgent_goodput(kind, opts, background)
+        alone = alone or m
+        print(f"| {name} | {m['mbit']:.1f} | "
+              f"{m['mbit'] / alone['mbit']:.2f} | {m['cwnd']:.0f} | "
+              f"{m['retrans']} | {m['drops']} |", flush=True)
+        teardown()
+    return 0
+
+
+def main():
+    global RATE
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("-t", "--test", action="append",
+                    help="run only this test (repeatable)")
+    ap.add_argument("--prefix", default="", help="prefix of TAP names")
+    ap.add_argument("--rate", default=RATE,
+                    help=f"link rate of the goodput tests ({RATE})")
+    ap.add_argument("--table", action="store_true",
+                    help="print the benchmark table instead of testing")
+    args = ap.parse_args()
+    RATE = args.rate
+    sh("modprobe sch_p3")
+    if args.table:
+        return table()
+
+    # A 100-byte datagram's skb is ~1 KB of truesize: 200 overflow 64 KB.
+    tests = [(f"accounting_under_{p}_{v}", lambda chk, p=p, o=o, n=n:
+              accounting(chk, p, o, n))
+             for p in PARENTS
+             for v, o, n in (("limit", "limit 20", 21),
+                             ("memory", "memory 64kb", 200))]
+    tests += [(name, None) for name, *_ in GOODPUT_CASES]
+    tap = Tap(args.prefix)
+    klog = KernelLog()
+    alone = None
+    for name, fn in tests:
+        if args.test and name not in args.test:
+            continue
+        chk = Check()
+        t0 = time.monotonic()
+        try:
+            topology()
+            if fn:
+                fn(chk)
+            else:
+                alone = alone or urgent_goodput("p3", "", "alone")
+                test_goodput(chk, alone, name)
+        except Exception as e:  # a crashed test is a failed test
+            chk.failures.append(f"exception: {e!r}")
+        finally:
+            teardown()
+        for line in klog.new_problems():
+            chk.failures.append(f"kernel log: {line}")
+        chk.note(f"took {time.monotonic() - t0:.1f} s")
+        tap.result(not chk.failures, f"overload: {name}",
+                   "\n".join(chk.notes + chk.failures))
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
