@@ -22,6 +22,7 @@ Markdown table of docs/benchmarks.md (bench/overload/run.sh).
 """
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -35,9 +36,11 @@ URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
 URGENT_PORT, BULK_PORT = 5201, 5202
 
 # A sender that keeps its sockets: "NAME COUNT PRIO" on stdin sends COUNT
-# 100-byte datagrams from socket NAME with SO_PRIORITY PRIO and answers
+# datagrams of 128 bytes on the wire (86 of payload) from socket NAME with SO_PRIORITY PRIO and answers
 # how many sendto() calls failed.  IP_RECVERR makes UDP report the
-# ENOBUFS of a dropped packet instead of counting it in silence.
+# ENOBUFS of a dropped packet instead of counting it in silence (and the
+# receiver's port unreachable, in place of the next send: that one is
+# sent again).
 SENDER = r"""
 import socket, sys
 socks = {}
@@ -46,14 +49,18 @@ for line in sys.stdin:
     s = socks.get(name)
     if s is None:
         s = socks[name] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVERR, 1)
+        s.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR
     s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, int(prio))
     errs = 0
     for _ in range(int(count)):
-        try:
-            s.sendto(bytes(100), (sys.argv[1], 9))
-        except OSError:
-            errs += 1
+        while True:
+            try:
+                s.sendto(bytes(86), (sys.argv[1], 9))
+            except ConnectionRefusedError:
+                continue    # the receiver's ICMP, reported instead of a send
+            except OSError:
+                errs += 1
+            break
     print(errs, flush=True)
 """
 
@@ -93,9 +100,23 @@ PARENTS = {
 }
 
 
+_QDISC_RE = re.compile(
+    r"^qdisc (?P<kind>\S+) .*?\n Sent \d+ bytes \d+ pkt \(dropped "
+    r"(?P<drops>\d+),.*?\n backlog (?P<backlog>\d+)(?P<unit>[KM]?)b "
+    r"(?P<qlen>\d+)p", re.M | re.S)
+_UNIT = {"": 1, "K": 1024, "M": 1024 * 1024}
+
+
 def counters(kind):
-    q = qdisc_json(kind=kind)
-    return q["qlen"], q["backlog"], q["drops"]
+    """(qlen, backlog, drops) of the qdisc of @kind on the sender's link,
+    from tc's text: iproute2 6.1 prints broken JSON for hfsc.  tc rounds
+    a backlog within 16 bytes of a multiple of 1024 to "Kb": with every
+    packet 128 bytes long, that is exact."""
+    for m in _QDISC_RE.finditer(tc(f"-s qdisc show dev {SDEV}")):
+        if m["kind"] == kind:
+            return (int(m["qlen"]), int(m["backlog"]) * _UNIT[m["unit"]],
+                    int(m["drops"]))
+    raise RuntimeError(f"no {kind} qdisc on {SDEV}")
 
 
 def accounting(chk, parent, p3_opts, fill):
@@ -170,9 +191,14 @@ def qdisc_setup(kind, opts):
            f"{opts}")
 
 
+# A UDP sender blocks once its socket's packets in the qdisc reach its
+# send buffer: with the default 208 KB, ~100 datagrams, it never fills even
+# a limit of 200.  32 MB (net.core.wmem_max is raised for it) lets one
+# flood overflow the default limit of 10000 packets.
+FLOOD_SNDBUF = 32 << 20
 BACKGROUND = {
     "alone": None,
-    "udp flood": ["-u", "-b", "80M", "-l", "1000"],
+    "udp flood": ["-u", "-b", "80M", "-l", "1000", "-w", str(FLOOD_SNDBUF)],
     "udp at half the link": ["-u", "-b", "10M", "-l", "1000"],
     "64 bulk tcp": ["-P", "64"],
 }
@@ -183,6 +209,9 @@ def urgent_goodput(kind, opts, background, seconds=8):
     over a 20 Mbit/s link with 20 ms on the ACK path, beside @background
     sent untagged.  Returns a dict, with the qdisc's drops."""
     topology()
+    # iperf3 -w sets both buffers, and fails unless both are granted.
+    sh(f"sysctl -qw net.core.wmem_max={FLOOD_SNDBUF} "
+       f"net.core.rmem_max={FLOOD_SNDBUF}")
     sh(f"tc qdisc add dev {RDEV} root netem delay 20ms", ns=RCV)
     qdisc_setup(kind, opts)
     servers = [iperf_server(URGENT_PORT), iperf_server(BULK_PORT)]
@@ -190,14 +219,18 @@ def urgent_goodput(kind, opts, background, seconds=8):
     bg = None
     try:
         if BACKGROUND[background]:
-            bg = iperf(BACKGROUND[background] + ["-t", str(seconds + 4)],
+            # It is killed once the urgent flow is measured: its own
+            # control connection, untagged, may sit out RTO backoffs in
+            # the overflowing band for long after its data stopped.
+            bg = iperf(BACKGROUND[background] + ["-t", str(seconds + 60)],
                        BULK_PORT, wait=False)
             time.sleep(2)
         r = iperf(["-S", str(URGENT_TOS), "-t", str(seconds), "-O", "1"],
                   URGENT_PORT)
     finally:
         if bg:
-            bg.wait(timeout=120)
+            bg.kill()
+            bg.wait()
         for s in servers:
             s.kill()
             s.wait()
