@@ -15,13 +15,15 @@ run() {
 # The debug kernel (KASAN, lockdep, kmemleak) runs several times slower
 # under emulation: more time per tc command, and a link slow enough that
 # it, not the CPU, is still the bottleneck.
-tdc_args=() traffic_args=()
+tdc_args=() traffic_args=() overload_args=()
 if [ "$kernel" = debug ]; then
 	tdc_args=(--cmd-timeout 180)
 	traffic_args=(--rate 4mbit)
+	overload_args=(--accounting-only)
 fi
 run /usr/bin/python3 selftests/tdc.py "${tdc_args[@]}" -f selftests/tc-tests/*.json
 run /usr/bin/python3 selftests/p3_traffic.py "${traffic_args[@]}" --prefix "$kernel: "
+run /usr/bin/python3 selftests/p3_overload.py "${overload_args[@]}" --prefix "$kernel: "
 if [ -x userlib/tests/vm_integration.sh ]; then
 	run userlib/tests/vm_integration.sh
 fi

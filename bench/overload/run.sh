@@ -1,0 +1,23 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Overload benchmark: one urgent TCP flow (DSCP 1) over a 20 Mbit/s tbf
+# link with 20 ms on the ACK path, alone and beside untagged floods, under
+# p3 (several limits), prio and skbprio, all in one VM boot.  Prints the
+# Markdown table of docs/benchmarks.md ("Overload") and keeps it in
+# build/bench/overload/results.md.  About 3 minutes of VM time.
+#
+#   bench/overload/run.sh [--kernel VER]
+set -eu
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd -P)
+kernel=6.12
+[ "${1:-}" = --kernel ] && kernel=${2:?}
+cd "$REPO"
+if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
+	[ ! -f build/tc/q_p3.so ]; then
+	echo "run.sh: building the module and the tc plugin" >&2
+	make --no-print-directory module tc >&2
+fi
+mkdir -p build/bench/overload
+selftests/vm-run --kernel "$kernel" -- \
+	/usr/bin/python3 selftests/p3_overload.py --table |
+	tee build/bench/overload/results.md
