@@ -27,9 +27,8 @@ import subprocess
 import sys
 import time
 
-from p3lib import (RADDR, RCV, RDEV, SDEV, SND, Check, KernelLog, Tap,
-                   class_stats, no_ipv6, qdisc_json, sh, tc, teardown,
-                   topology)
+from p3lib import (RADDR, RCV, RDEV, SDEV, SND, class_stats, no_ipv6,
+                   qdisc_json, run_tests, sh, tc, teardown, topology)
 
 RATE = "20mbit"
 URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
@@ -257,9 +256,17 @@ def fmt(m):
             f"{m['retrans']} retransmits, qdisc drops {m['drops']}")
 
 
-def test_goodput(chk, alone, name):
+_alone = []
+
+
+def test_goodput(chk, name):
+    """The urgent flow of case @name against the same flow alone, measured
+    once per run (in the first goodput test)."""
     _, background, opts, share = next(c for c in GOODPUT_CASES
                                       if c[0] == name)
+    if not _alone:
+        _alone.append(urgent_goodput("p3", "", "alone"))
+    alone = _alone[0]
     m = urgent_goodput("p3", opts, background)
     chk.note(f"alone {fmt(alone)}; beside {background} "
              f"({opts or 'no options'}): {fmt(m)}; "
@@ -328,32 +335,9 @@ def main():
              for v, o, n in (("limit", "limit 20", 21),
                              ("memory", "memory 64kb", 200))]
     if not args.accounting_only:
-        tests += [(name, None) for name, *_ in GOODPUT_CASES]
-    tap = Tap(args.prefix)
-    klog = KernelLog()
-    alone = None
-    for name, fn in tests:
-        if args.test and name not in args.test:
-            continue
-        chk = Check()
-        t0 = time.monotonic()
-        try:
-            topology()
-            if fn:
-                fn(chk)
-            else:
-                alone = alone or urgent_goodput("p3", "", "alone")
-                test_goodput(chk, alone, name)
-        except Exception as e:  # a crashed test is a failed test
-            chk.failures.append(f"exception: {e!r}")
-        finally:
-            teardown()
-        for line in klog.new_problems():
-            chk.failures.append(f"kernel log: {line}")
-        chk.note(f"took {time.monotonic() - t0:.1f} s")
-        tap.result(not chk.failures, f"overload: {name}",
-                   "\n".join(chk.notes + chk.failures))
-    return tap.finish()
+        tests += [(name, lambda chk, name=name: test_goodput(chk, name))
+                  for name, *_ in GOODPUT_CASES]
+    return run_tests(tests, args.test, "overload", args.prefix)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import statistics
 import sys
 import time
 
-from p3lib import (PORT, RADDR, RADDR6, SDEV, SND, Check, KernelLog, Sink,
-                   Tap, class_stats, diff_bands, no_ipv6, p3t, parse_rate,
-                   qdisc_json, sh, tc, tcp_rate, tcp_span, teardown,
+from p3lib import (PORT, RADDR, RADDR6, SDEV, SND, Sink, class_stats,
+                   diff_bands, no_ipv6, p3t, parse_rate, qdisc_json,
+                   run_tests, sh, tc, tcp_rate, tcp_span, teardown,
                    topology)
 
 # Low enough that the link, not the emulated CPU, is the bottleneck even
@@ -514,27 +514,8 @@ def main():
                     help=f"link rate of the shaped tests (tc syntax, {RATE})")
     args = ap.parse_args()
     RATE = args.rate
-    tap = Tap(args.prefix)
     sh("modprobe sch_p3")
-    klog = KernelLog()
-    for name, fn in TESTS:
-        if args.test and name not in args.test:
-            continue
-        chk = Check()
-        t0 = time.monotonic()
-        try:
-            topology()
-            fn(chk)
-        except Exception as e:  # a crashed test is a failed test
-            chk.failures.append(f"exception: {e!r}")
-        finally:
-            teardown()
-        for line in klog.new_problems():
-            chk.failures.append(f"kernel log: {line}")
-        chk.note(f"took {time.monotonic() - t0:.1f} s")
-        tap.result(not chk.failures, f"traffic: {name}",
-                   "\n".join(chk.notes + chk.failures))
-    return tap.finish()
+    return run_tests(TESTS, args.test, "traffic", args.prefix)
 
 
 if __name__ == "__main__":

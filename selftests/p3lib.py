@@ -103,6 +103,32 @@ class Check:
         return cond
 
 
+def run_tests(tests, only, label, prefix=""):
+    """Runs each (name, fn(chk)) of @tests (those named in @only, if
+    given) on a fresh topology, fails it on any kernel-log problem, and
+    prints TAP.  Returns the exit status."""
+    tap = Tap(prefix)
+    klog = KernelLog()
+    for name, fn in tests:
+        if only and name not in only:
+            continue
+        chk = Check()
+        t0 = time.monotonic()
+        try:
+            topology()
+            fn(chk)
+        except Exception as e:  # a crashed test is a failed test
+            chk.failures.append(f"exception: {e!r}")
+        finally:
+            teardown()
+        for line in klog.new_problems():
+            chk.failures.append(f"kernel log: {line}")
+        chk.note(f"took {time.monotonic() - t0:.1f} s")
+        tap.result(not chk.failures, f"{label}: {name}",
+                   "\n".join(chk.notes + chk.failures))
+    return tap.finish()
+
+
 def topology(ipv6=True):
     """Two hosts, p3snd and p3rcv, joined by veth s0 <-> r0."""
     teardown()
