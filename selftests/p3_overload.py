@@ -178,12 +178,18 @@ def qdisc_setup(kind, opts):
     """tbf at the link rate at the sender's root, @kind as its child."""
     tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} burst 32k "
        "latency 300ms")
+    if kind in ("prio", "skbprio"):
+        # Both read skb->priority, which TOS 4 leaves at 0 like untagged
+        # traffic: clsact gives DSCP 1 priority 2 before the root qdisc.
+        tc(f"qdisc add dev {SDEV} clsact")
+        tc(f"filter add dev {SDEV} egress protocol ip u32 match ip tos "
+           f"{URGENT_TOS:#x} 0xfc action skbedit priority 2")
     if kind == "prio":
-        # Band 0 for DSCP 1 (TOS 4 maps to priority 2), band 1 for the rest.
+        # Band 0 for priority 2, band 1 for the rest.
         tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: prio bands 2 "
            "priomap 1 1 0 1 1 1 1 1 1 1 1 1 1 1 1 1")
     elif kind == "skbprio":
-        # skbprio reads skb->priority: TOS 4 sets it to 2, untagged is 0.
+        # The higher skb->priority is served first: 2 before 0.
         tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: skbprio {opts}")
     else:
         tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 bands 8 tag dscp "
