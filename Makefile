@@ -21,10 +21,10 @@ MODDIR  := $(BUILD)/kmod
 
 export BUILD
 
-.PHONY: all deps module tc userlib check check-run check-debug demo demo-run \
+.PHONY: all deps module tc userlib udpflood check check-run check-debug demo demo-run \
 	install module-install dkms-install clean
 
-all: module tc userlib
+all: module tc userlib udpflood
 
 deps:
 	@scripts/deps.sh
@@ -36,6 +36,12 @@ module:
 
 tc:
 	@$(MAKE) --no-print-directory -C tc BUILD=$(BUILD)
+
+# The C flood sender of bench/overhead, which the GC selftest uses too.
+udpflood: $(BUILD)/bench/overhead/udpflood
+$(BUILD)/bench/overhead/udpflood: bench/overhead/udpflood.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 
 userlib:
 	@$(MAKE) --no-print-directory -C userlib BUILD=$(BUILD)

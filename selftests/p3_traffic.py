@@ -10,14 +10,17 @@ from the qdisc's statistics, and the kernel log is checked after each.
   selftests/vm-run -- selftests/p3_traffic.py [-t NAME]...
 """
 import argparse
+import math
+import os
+import re
 import statistics
 import sys
 import time
 
-from p3lib import (PORT, RADDR, RADDR6, SDEV, SND, Sink, class_stats,
-                   diff_bands, no_ipv6, p3t, parse_rate, qdisc_json,
-                   run_tests, sh, tc, tcp_rate, tcp_span, teardown,
-                   topology)
+from p3lib import (FORWARDED, PORT, RADDR, RADDR6, RTR, SDEV, SND, Sink,
+                   class_stats, diff_bands, no_ipv6, p3t, parse_rate,
+                   qdisc_json, router, run_tests, sh, tc, tcp_rate, tcp_span,
+                   teardown, topology, udpflood)
 
 # Low enough that the link, not the emulated CPU, is the bottleneck even
 # on a busy 2-core host; --rate lowers it for slower kernels (the debug
@@ -451,40 +454,80 @@ def slab_objects():
     return None
 
 
+# P3_GC_BATCH in kmod/sch_p3.c: idle flows one run of the GC timer frees,
+# and one run per jiffy at most.
+GC_BATCH = 256
+
+
+def kernel_hz():
+    with open(f"/boot/config-{os.uname().release}") as f:
+        return int(re.search(r"^CONFIG_HZ=(\d+)$", f.read(), re.M)[1])
+
+
+def gc_samples(timeout=10):
+    """(t_before, t_after, flows) samples of the flow count, as fast as tc
+    answers, from now until it reaches 0."""
+    samples = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        flows = qdisc_json()["xstats"]["flows"]
+        samples.append((t0, time.monotonic(), flows))
+        if not flows:
+            break
+    return samples
+
+
+def max_gc_rate(samples, hz):
+    """The most flows freed per jiffy between two samples, counting the
+    widest the window between them can have been, plus the one run that
+    may have straddled its start."""
+    rate = 0.0
+    for (a0, _, fa), (_, b1, fb) in zip(samples, samples[1:]):
+        jiffies = math.ceil((b1 - a0) * hz) + 1
+        rate = max(rate, (fa - fb) / jiffies)
+    return rate
+
+
 def test_gc_100k_flows(chk):
     """100k forwarded flows (no local socket: keyed by hash); the flow
-    table must give every entry back once they go idle."""
-    sh("ip netns add p3rtr")
-    sh("ip link add g0 netns p3rtr type veth peer name g1 netns " + SND)
-    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
-    sh("ip link set g0 up", ns="p3rtr")
-    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
-    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
-    sh("ip link set g1 up", ns=SND)
-    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    table must give every entry back once they go idle, and the GC timer
+    may free no more than GC_BATCH of them per jiffy (it holds the root
+    lock while it runs)."""
+    router()
     no_ipv6()
     p3_root("")
     base = slab_objects()
     x0 = qdisc_json()["xstats"]
-    t0 = time.monotonic()
-    p3t(["spray", RADDR, "--count", "100000"], ns="p3rtr")
-    spray_s = time.monotonic() - t0
+    # In C and in well under a second, so that the flows turn stale
+    # together and the GC, not a lookup, has to free them.
+    sent = udpflood(f"-d {FORWARDED.split('/')[0]} -p 9 -u 100000 "
+                    "-n 100000 -t 60")
+    spray_s = sent["seconds"]
     x1 = qdisc_json()["xstats"]
-    time.sleep(3.5)
+    samples = gc_samples()
     x2 = qdisc_json()["xstats"]
     end = slab_objects()
     created = x1["flows_created"] - x0["flows_created"]
-    chk.note(f"sprayed in {spray_s:.1f} s; flows created {created}, "
+    hz = kernel_hz()
+    fastest = max_gc_rate(samples, hz)
+    chk.note(f"sprayed {sent['sent']} in {spray_s:.2f} s; flows created "
+             f"{created}, "
              f"live right after {x1['flows']}, after idle {x2['flows']}; "
              f"gc {x2['flows_gc'] - x0['flows_gc']}; slab objects "
-             f"{base} -> {end}")
+             f"{base} -> {end}; {len(samples)} samples while idle, "
+             f"fastest GC {fastest:.0f} flows per jiffy (HZ {hz})")
     chk.expect(created >= 99900, f"only {created} flows created")
+    chk.expect(fastest <= GC_BATCH, f"the GC freed {fastest:.0f} flows in "
+               f"one jiffy, above its bound of {GC_BATCH} per run")
+    chk.expect(len(samples) >= 3, "premise: too few samples while the GC "
+               "ran to see its pace")
     chk.expect(x2["flows"] == 0, f"{x2['flows']} flows left after idle")
     chk.expect(x2["flows_gc"] - x0["flows_gc"] >= 99900,
                "idle flows not garbage-collected")
     if base is not None:
         chk.expect(end <= base, f"slab objects {end} above baseline {base}")
-    sh("ip netns del p3rtr")
+    sh(f"ip netns del {RTR}")
 
 
 TESTS = [

@@ -4,10 +4,15 @@
  * FLOWS connected sockets (one flow each: its own socket and destination
  * port), with sendmmsg(2) bursts taken round robin over the sockets.
  *
- *   udpflood -d ADDR [-p PORT] [-f FLOWS] [-s BYTES] [-t SECONDS]
- *            [-b BURST] [-P PRIOS] [-c CPU]
+ *   udpflood -d ADDR [-p PORT] [-f FLOWS | -u DESTS] [-s BYTES]
+ *            [-t SECONDS] [-n COUNT] [-b BURST] [-P PRIOS] [-c CPU]
  *
- * Socket i sends to PORT + i.  With -P N (N > 0) socket i is tagged with
+ * Socket i sends to PORT + i.  -u DESTS sends instead from one unconnected
+ * socket to DESTS addresses, ADDR + i for i in 0..DESTS-1, taken in turn
+ * message by message: forwarded by a router, these are DESTS flows keyed
+ * by hash, as many as a qdisc may have to track (no port range limits
+ * them, as it limits sockets).  -n stops after COUNT datagrams (or
+ * SECONDS, whichever comes first): -u N -n N visits every destination.  With -P N (N > 0) socket i is tagged with
  * SO_PRIORITY (i % N) + 1, so that a qdisc with bands spreads the flows
  * over its first N bands.  -c pins the thread to one CPU.  Prints one
  * JSON line: datagrams sent, send
@@ -38,8 +43,8 @@ static double now(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: udpflood -d ADDR [-p PORT] [-f FLOWS] "
-		"[-s BYTES] [-t SECONDS] [-b BURST] [-P PRIOS] [-c CPU]\n");
+	fprintf(stderr, "usage: udpflood -d ADDR [-p PORT] [-f FLOWS | -u DESTS] "
+		"[-s BYTES] [-t SECONDS] [-n COUNT] [-b BURST] [-P PRIOS] [-c CPU]\n");
 	exit(2);
 }
 
@@ -71,16 +76,23 @@ static void raise_nofile(rlim_t n)
 	}
 }
 
-static int open_flow(const char *addr, int port, int prio)
+static struct sockaddr_in parse_addr(const char *addr, int port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET };
-	int fd;
 
 	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
 		fprintf(stderr, "udpflood: bad IPv4 address %s\n", addr);
 		exit(2);
 	}
 	sin.sin_port = htons(port);
+	return sin;
+}
+
+/* A socket tagged @prio (if not 0), connected to @sin unless it is NULL. */
+static int open_flow(const struct sockaddr_in *sin, int prio)
+{
+	int fd;
+
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
 	if (fd < 0) {
 		perror("udpflood: socket");
@@ -91,7 +103,7 @@ static int open_flow(const char *addr, int port, int prio)
 		perror("udpflood: SO_PRIORITY");
 		exit(1);
 	}
-	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin))) {
+	if (sin && connect(fd, (const struct sockaddr *)sin, sizeof(*sin))) {
 		perror("udpflood: connect");
 		exit(1);
 	}
@@ -101,23 +113,27 @@ static int open_flow(const char *addr, int port, int prio)
 int main(int argc, char **argv)
 {
 	int port = 9000, flows = 1, size = 64, burst = 32, prios = 0, cpu = -1;
-	unsigned long long sent = 0, errors = 0;
+	unsigned long long sent = 0, errors = 0, count = 0;
 	struct mmsghdr msgs[MAX_BURST];
+	struct sockaddr_in dst[MAX_BURST], base;
+	unsigned int dests = 0, next_dest = 0;
 	struct iovec iov;
 	double seconds = 3, start, end, t = 0;
 	const char *addr = NULL;
 	char *payload;
 	int *fds;
-	int opt, i, n;
+	int opt, i, n, want;
 	unsigned int rounds = 0;
 
-	while ((opt = getopt(argc, argv, "d:p:f:s:t:b:P:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:p:f:u:s:t:n:b:P:c:")) != -1) {
 		switch (opt) {
 		case 'd': addr = optarg; break;
 		case 'p': port = atoi(optarg); break;
 		case 'f': flows = atoi(optarg); break;
+		case 'u': dests = strtoul(optarg, NULL, 0); break;
 		case 's': size = atoi(optarg); break;
 		case 't': seconds = atof(optarg); break;
+		case 'n': count = strtoull(optarg, NULL, 0); break;
 		case 'b': burst = atoi(optarg); break;
 		case 'P': prios = atoi(optarg); break;
 		case 'c': cpu = atoi(optarg); break;
@@ -139,10 +155,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "udpflood: out of memory\n");
 		return 1;
 	}
-	for (i = 0; i < flows; i++)
-		fds[i] = open_flow(addr, port + i, prios ? i % prios + 1 : 0);
+	base = parse_addr(addr, port);
+	if (dests) {
+		flows = 1;
+		fds[0] = open_flow(NULL, prios ? 1 : 0);
+	}
+	for (i = 0; !dests && i < flows; i++) {
+		struct sockaddr_in sin = parse_addr(addr, port + i);
 
-	/* Connected sockets: every message of a burst is the same payload. */
+		fds[i] = open_flow(&sin, prios ? i % prios + 1 : 0);
+	}
+
+	/* Every message of a burst is the same payload; with -u each has its
+	 * own destination, set per burst.
+	 */
 	iov.iov_base = payload;
 	iov.iov_len = size;
 	memset(msgs, 0, sizeof(msgs));
@@ -154,7 +180,18 @@ int main(int argc, char **argv)
 	start = now();
 	end = start + seconds;
 	for (i = 0;; i = i + 1 == flows ? 0 : i + 1) {
-		n = sendmmsg(fds[i], msgs, burst, 0);
+		for (n = 0; dests && n < burst; n++) {
+			dst[n] = base;
+			dst[n].sin_addr.s_addr =
+				htonl(ntohl(base.sin_addr.s_addr) + next_dest);
+			next_dest = next_dest + 1 == dests ? 0 : next_dest + 1;
+			msgs[n].msg_hdr.msg_name = &dst[n];
+			msgs[n].msg_hdr.msg_namelen = sizeof(dst[n]);
+		}
+		want = burst;
+		if (count && (unsigned long long)want > count - sent - errors)
+			want = count - sent - errors;
+		n = sendmmsg(fds[i], msgs, want, 0);
 		if (n < 0) {
 			if (errno != ENOBUFS && errno != EAGAIN &&
 			    errno != ECONNREFUSED && errno != EINTR) {
@@ -168,12 +205,16 @@ int main(int argc, char **argv)
 		/* Reading the clock every burst would cost as much as the
 		 * qdisc being measured.
 		 */
+		if (count && sent + errors >= count) {
+			t = now();
+			break;
+		}
 		if (!(++rounds & 63) && (t = now()) >= end)
 			break;
 	}
 	printf("{\"sent\": %llu, \"errors\": %llu, \"seconds\": %.6f, "
-	       "\"flows\": %d, \"size\": %d, \"burst\": %d}\n",
-	       sent, errors, t - start, flows, size, burst);
+	       "\"flows\": %d, \"dests\": %u, \"size\": %d, \"burst\": %d}\n",
+	       sent, errors, t - start, flows, dests, size, burst);
 	for (i = 0; i < flows; i++)
 		close(fds[i]);
 	free(fds);
