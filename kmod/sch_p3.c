@@ -266,26 +266,31 @@ static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 	q->flows--;
 }
 
-/*
- * Frees idle flows, oldest first: all of them if @all, else up to
- * P3_GC_BATCH stale ones.  Returns true if stale flows are left.
+/* Frees up to @budget stale flows, oldest first.  Returns true if stale
+ * flows are left.
  */
-static bool p3_gc(struct p3_sched_data *q, bool all)
+static bool p3_gc(struct p3_sched_data *q, unsigned int budget)
 {
-	unsigned int budget = P3_GC_BATCH;
 	struct p3_flow *flow, *tmp;
 
 	list_for_each_entry_safe(flow, tmp, &q->idle, band_node) {
-		if (!all) {
-			if (!p3_flow_is_stale(flow))
-				return false;
-			if (!budget--)
-				return true;
-			q->stats.flows_gc++;
-		}
+		if (!p3_flow_is_stale(flow))
+			return false;
+		if (!budget--)
+			return true;
 		p3_flow_free(q, flow);
+		q->stats.flows_gc++;
 	}
 	return false;
+}
+
+/* Frees every idle flow, stale or not: the qdisc is being reset. */
+static void p3_gc_all(struct p3_sched_data *q)
+{
+	struct p3_flow *flow, *tmp;
+
+	list_for_each_entry_safe(flow, tmp, &q->idle, band_node)
+		p3_flow_free(q, flow);
 }
 
 /* Wakes the GC when the oldest idle flow turns stale, or at once if a
@@ -310,7 +315,7 @@ static void p3_gc_timer(struct timer_list *t)
 	rcu_read_lock();
 	root_lock = qdisc_lock(qdisc_root_sleeping(q->sch));
 	spin_lock(root_lock);
-	p3_gc_arm(q, p3_gc(q, false));
+	p3_gc_arm(q, p3_gc(q, P3_GC_BATCH));
 	spin_unlock(root_lock);
 	rcu_read_unlock();
 }
@@ -346,6 +351,11 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 		}
 	}
 
+	/* Each new flow first frees up to two stale ones: however fast new
+	 * flows come, the table holds no more than the flows of the last
+	 * P3_FLOW_IDLE, though the timer frees only P3_GC_BATCH per jiffy.
+	 */
+	p3_gc(q, 2);
 	flow = kmem_cache_zalloc(p3_flow_cache, GFP_ATOMIC | __GFP_NOWARN);
 	if (!flow)
 		return NULL;
@@ -750,7 +760,7 @@ static void p3_purge(struct Qdisc *sch)
 			while (flow->qlen)
 				p3_free_skb(p3_flow_pop(sch, flow));
 	}
-	p3_gc(q, true);
+	p3_gc_all(q);
 	q->time_next_packet = 0;
 }
 

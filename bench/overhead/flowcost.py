@@ -14,8 +14,8 @@ udpflood -u N (one unconnected socket, N destinations 10.64.0.0 + i) to
 the sender host p3snd, which forwards them out of s0, where the qdisc
 under test sits, to p3rcv, which drops them at ingress.  Forwarded
 packets have no local socket, so p3 keys each destination as its own flow
-(by hash): N flows.  Each configuration runs once to warm up (creating
-the flows), then is measured.
+(by hash): N flows.  Each configuration sends for as long again to warm
+up (making the flows) right before it is measured.
 
   selftests/vm-run --cpus 1 -- bench/overhead/flowcost.py --out DIR
 
@@ -60,33 +60,33 @@ def drop_at_receiver():
        "ip_proto udp action drop", ns=RCV)
 
 
-def flood(flows, seconds):
-    return udpflood(f"-d {BASE} -p 9 -u {flows} -t {seconds} -s 64")
-
-
 def measure(spec, kind, flows, seconds):
     # "replace" keeps handle 1: and so refuses another kind: delete first.
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: {spec}")
-    flood(flows, seconds)                  # warm-up: creates the flows
     q0 = qdisc_json(kind=kind)
-    res = flood(flows, seconds)
+    # One run: a warm-up that makes the flows, then the measurement, with
+    # no gap in which they could go idle long enough to be collected.
+    res = udpflood(f"-d {BASE} -p 9 -u {flows} -w {seconds} "
+                   f"-t {seconds} -s 64")
     q1 = qdisc_json(kind=kind)
-    enq = (q1["packets"] - q0["packets"]) + (q1["drops"] - q0["drops"])
-    pps = enq / res["seconds"]
+    pps = res["sent"] / res["seconds"]
+    enq = sum(q1[k] - q0[k] for k in ("packets", "drops", "qlen"))
     rec = {"qdisc": spec, "flows": flows, "guest_seconds": res["seconds"],
-           "sent": res["sent"], "enqueued": enq, "pps": pps,
+           "sent": res["sent"], "pps": pps,
            "insns_per_packet": 1e9 / pps if pps else None,
-           "drops": q1["drops"] - q0["drops"]}
+           # Every datagram sent must have reached the qdisc, or the
+           # sender's count would not be the qdisc's packet rate.
+           "reached_qdisc": enq / (res["sent"] + res["warmup_sent"])}
     if kind == "p3":
         x0, x1 = q0["xstats"], q1["xstats"]
         rec["flows_live"] = x1["flows"]
-        # Flows made (and so freed again) per packet: a flow idle for a
-        # second is collected, so one that waits longer between its
-        # packets is made anew for each.
+        # Flows made (and so freed again) per packet sent, warm-up
+        # included: a flow idle for a second is collected, so one whose
+        # packets come further apart is made anew for each.
         rec["created_per_packet"] = ((x1["flows_created"] -
-                                      x0["flows_created"]) / enq
-                                     if enq else None)
+                                      x0["flows_created"]) /
+                                     (res["sent"] + res["warmup_sent"]))
     return rec
 
 
@@ -115,8 +115,9 @@ def main():
                 runs.append(rec)
                 made = rec.get("created_per_packet")
                 print(f"# {n} flows, {label}: {rec['insns_per_packet']:.0f} "
-                      f"instructions per packet ({rec['enqueued']} packets "
-                      f"in {rec['guest_seconds']:.3f} guest s"
+                      f"instructions per packet ({rec['sent']} packets "
+                      f"in {rec['guest_seconds']:.3f} guest s, "
+                      f"{rec['reached_qdisc']:.4f} reached the qdisc"
                       + (f", {made:.3f} flows made per packet"
                          if made is not None else "") + ")",
                       file=sys.stderr, flush=True)

@@ -5,14 +5,18 @@
  * port), with sendmmsg(2) bursts taken round robin over the sockets.
  *
  *   udpflood -d ADDR [-p PORT] [-f FLOWS | -u DESTS] [-s BYTES]
- *            [-t SECONDS] [-n COUNT] [-b BURST] [-P PRIOS] [-c CPU]
+ *            [-t SECONDS] [-w SECONDS] [-n COUNT] [-b BURST] [-P PRIOS]
+ *            [-c CPU]
  *
  * Socket i sends to PORT + i.  -u DESTS sends instead from one unconnected
  * socket to DESTS addresses, ADDR + i for i in 0..DESTS-1, taken in turn
  * message by message: forwarded by a router, these are DESTS flows keyed
  * by hash, as many as a qdisc may have to track (no port range limits
  * them, as it limits sockets).  -n stops after COUNT datagrams (or
- * SECONDS, whichever comes first): -u N -n N visits every destination.  With -P N (N > 0) socket i is tagged with
+ * SECONDS, whichever comes first): -u N -n N visits every destination.
+ * -w sends for that long first and leaves it out of the counts, with no
+ * pause between the two (a pause long enough would let a qdisc forget
+ * the flows the warm-up made it learn).  With -P N (N > 0) socket i is tagged with
  * SO_PRIORITY (i % N) + 1, so that a qdisc with bands spreads the flows
  * over its first N bands.  -c pins the thread to one CPU.  Prints one
  * JSON line: datagrams sent, send
@@ -44,7 +48,8 @@ static double now(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: udpflood -d ADDR [-p PORT] [-f FLOWS | -u DESTS] "
-		"[-s BYTES] [-t SECONDS] [-n COUNT] [-b BURST] [-P PRIOS] [-c CPU]\n");
+		"[-s BYTES] [-t SECONDS] [-w SECONDS] [-n COUNT] [-b BURST]\n"
+		"                [-P PRIOS] [-c CPU]\n");
 	exit(2);
 }
 
@@ -113,19 +118,19 @@ static int open_flow(const struct sockaddr_in *sin, int prio)
 int main(int argc, char **argv)
 {
 	int port = 9000, flows = 1, size = 64, burst = 32, prios = 0, cpu = -1;
-	unsigned long long sent = 0, errors = 0, count = 0;
+	unsigned long long sent = 0, errors = 0, count = 0, sent0 = 0, errors0 = 0;
 	struct mmsghdr msgs[MAX_BURST];
 	struct sockaddr_in dst[MAX_BURST], base;
 	unsigned int dests = 0, next_dest = 0;
 	struct iovec iov;
-	double seconds = 3, start, end, t = 0;
+	double seconds = 3, warmup = 0, start, end, t = 0;
 	const char *addr = NULL;
 	char *payload;
 	int *fds;
 	int opt, i, n, want;
 	unsigned int rounds = 0;
 
-	while ((opt = getopt(argc, argv, "d:p:f:u:s:t:n:b:P:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:p:f:u:s:t:w:n:b:P:c:")) != -1) {
 		switch (opt) {
 		case 'd': addr = optarg; break;
 		case 'p': port = atoi(optarg); break;
@@ -134,6 +139,7 @@ int main(int argc, char **argv)
 		case 's': size = atoi(optarg); break;
 		case 't': seconds = atof(optarg); break;
 		case 'n': count = strtoull(optarg, NULL, 0); break;
+		case 'w': warmup = atof(optarg); break;
 		case 'b': burst = atoi(optarg); break;
 		case 'P': prios = atoi(optarg); break;
 		case 'c': cpu = atoi(optarg); break;
@@ -142,7 +148,7 @@ int main(int argc, char **argv)
 	}
 	if (!addr || flows < 1 || flows > 65535 - port || size < 1 ||
 	    size > 65507 || burst < 1 || burst > MAX_BURST || seconds <= 0 ||
-	    prios < 0)
+	    prios < 0 || warmup < 0)
 		usage();
 
 	if (cpu >= 0)
@@ -178,7 +184,7 @@ int main(int argc, char **argv)
 	}
 
 	start = now();
-	end = start + seconds;
+	end = start + (warmup > 0 ? warmup : seconds);
 	for (i = 0;; i = i + 1 == flows ? 0 : i + 1) {
 		for (n = 0; dests && n < burst; n++) {
 			dst[n] = base;
@@ -209,12 +215,22 @@ int main(int argc, char **argv)
 			t = now();
 			break;
 		}
-		if (!(++rounds & 63) && (t = now()) >= end)
-			break;
+		if (!(++rounds & 63) && (t = now()) >= end) {
+			if (warmup <= 0)
+				break;
+			/* The warm-up is over: count from here. */
+			warmup = 0;
+			sent0 = sent;
+			errors0 = errors;
+			start = t;
+			end = t + seconds;
+		}
 	}
 	printf("{\"sent\": %llu, \"errors\": %llu, \"seconds\": %.6f, "
-	       "\"flows\": %d, \"dests\": %u, \"size\": %d, \"burst\": %d}\n",
-	       sent, errors, t - start, flows, dests, size, burst);
+	       "\"flows\": %d, \"dests\": %u, \"size\": %d, \"burst\": %d, "
+	       "\"warmup_sent\": %llu}\n",
+	       sent - sent0, errors - errors0, t - start, flows, dests, size,
+	       burst, sent0);
 	for (i = 0; i < flows; i++)
 		close(fds[i]);
 	free(fds);
