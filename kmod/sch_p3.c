@@ -330,6 +330,29 @@ static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 }
 
 /*
+ * The oldest idle flow, if it is stale, taken out of the table and
+ * cleared for reuse, else NULL.  A new flow takes it rather than a fresh
+ * allocation: however fast new flows come, the table then grows only
+ * while no flow is stale (it holds the flows of the last P3_FLOW_IDLE,
+ * though the timer frees only P3_GC_BATCH per jiffy), and a host whose
+ * flows come back less often than P3_FLOW_IDLE pays no allocator for it.
+ */
+static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
+{
+	struct p3_flow *flow;
+
+	flow = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
+	if (!flow || !p3_flow_is_stale(flow))
+		return NULL;
+	list_del(&flow->band_node);
+	hlist_del(&flow->hash_node);
+	memset(flow, 0, sizeof(*flow));
+	q->flows--;
+	q->stats.flows_gc++;
+	return flow;
+}
+
+/*
  * Finds or creates the flow of @key.  The chain walk also frees stale
  * idle flows it passes, which bounds the table under a flood of new flows
  * between two runs of the GC timer.
@@ -351,12 +374,10 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 		}
 	}
 
-	/* Each new flow first frees up to two stale ones: however fast new
-	 * flows come, the table holds no more than the flows of the last
-	 * P3_FLOW_IDLE, though the timer frees only P3_GC_BATCH per jiffy.
-	 */
-	p3_gc(q, 2);
-	flow = kmem_cache_zalloc(p3_flow_cache, GFP_ATOMIC | __GFP_NOWARN);
+	flow = p3_flow_recycle(q);
+	if (!flow)
+		flow = kmem_cache_zalloc(p3_flow_cache,
+					 GFP_ATOMIC | __GFP_NOWARN);
 	if (!flow)
 		return NULL;
 	flow->key = key;
