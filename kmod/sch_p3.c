@@ -33,8 +33,15 @@
 
 #include "compat.h"
 
-/* An empty flow keeps its DRR deficit this long, then is freed. */
+/* An empty flow keeps its DRR deficit this long; then a new flow may take
+ * its place (p3_flow_recycle()).
+ */
 #define P3_FLOW_IDLE	HZ
+/* The GC timer frees flows empty this long: later than they may be
+ * reused, so that while new flows keep coming they reuse old ones and the
+ * allocator is left alone, and an idle host still gets its memory back.
+ */
+#define P3_FLOW_EXPIRE	(2 * P3_FLOW_IDLE)
 /* Idle flows one run of the GC timer frees at most: the timer holds the
  * root lock, so this bounds the stall it adds to every packet of the
  * device.  More are left to the next run, one jiffy later.
@@ -252,10 +259,10 @@ static unsigned long p3_flow_key(struct sk_buff *skb)
 	return ((unsigned long)skb_get_hash(skb) << 1) | 1;
 }
 
-static bool p3_flow_is_stale(const struct p3_flow *flow)
+/* Has @flow been empty for longer than @age? */
+static bool p3_flow_idle_for(const struct p3_flow *flow, unsigned long age)
 {
-	return !flow->qlen &&
-	       time_after(jiffies, flow->idle_since + P3_FLOW_IDLE);
+	return !flow->qlen && time_after(jiffies, flow->idle_since + age);
 }
 
 static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
@@ -266,15 +273,16 @@ static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 	q->flows--;
 }
 
-/* Frees up to @budget stale flows, oldest first.  Returns true if stale
- * flows are left.
+/* Frees up to P3_GC_BATCH expired flows, oldest first.  Returns true if
+ * expired flows are left.
  */
-static bool p3_gc(struct p3_sched_data *q, unsigned int budget)
+static bool p3_gc(struct p3_sched_data *q)
 {
+	unsigned int budget = P3_GC_BATCH;
 	struct p3_flow *flow, *tmp;
 
 	list_for_each_entry_safe(flow, tmp, &q->idle, band_node) {
-		if (!p3_flow_is_stale(flow))
+		if (!p3_flow_idle_for(flow, P3_FLOW_EXPIRE))
 			return false;
 		if (!budget--)
 			return true;
@@ -293,18 +301,18 @@ static void p3_gc_all(struct p3_sched_data *q)
 		p3_flow_free(q, flow);
 }
 
-/* Wakes the GC when the oldest idle flow turns stale, or at once if a
- * run left stale flows behind.
+/* Wakes the GC when the oldest idle flow expires, or at once if a run
+ * left expired flows behind.
  */
-static void p3_gc_arm(struct p3_sched_data *q, bool stale_left)
+static void p3_gc_arm(struct p3_sched_data *q, bool expired_left)
 {
 	struct p3_flow *oldest;
 
 	oldest = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
 	if (!oldest)
 		return;
-	mod_timer(&q->gc_timer, stale_left ? jiffies + 1 :
-		  oldest->idle_since + P3_FLOW_IDLE + 1);
+	mod_timer(&q->gc_timer, expired_left ? jiffies + 1 :
+		  oldest->idle_since + P3_FLOW_EXPIRE + 1);
 }
 
 static void p3_gc_timer(struct timer_list *t)
@@ -315,7 +323,7 @@ static void p3_gc_timer(struct timer_list *t)
 	rcu_read_lock();
 	root_lock = qdisc_lock(qdisc_root_sleeping(q->sch));
 	spin_lock(root_lock);
-	p3_gc_arm(q, p3_gc(q, P3_GC_BATCH));
+	p3_gc_arm(q, p3_gc(q));
 	spin_unlock(root_lock);
 	rcu_read_unlock();
 }
@@ -330,19 +338,20 @@ static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 }
 
 /*
- * The oldest idle flow, if it is stale, taken out of the table and
- * cleared for reuse, else NULL.  A new flow takes it rather than a fresh
- * allocation: however fast new flows come, the table then grows only
- * while no flow is stale (it holds the flows of the last P3_FLOW_IDLE,
- * though the timer frees only P3_GC_BATCH per jiffy), and a host whose
- * flows come back less often than P3_FLOW_IDLE pays no allocator for it.
+ * The oldest idle flow, if it has been empty for P3_FLOW_IDLE, taken out
+ * of the table and cleared for reuse, else NULL.  A new flow takes it
+ * rather than a fresh allocation: however fast new flows come, the table
+ * grows only while no flow is that old (it holds about the flows of the
+ * last P3_FLOW_IDLE, though the timer frees only P3_GC_BATCH per jiffy),
+ * and a host whose flows come back less often than that pays no
+ * allocator for it.
  */
 static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 {
 	struct p3_flow *flow;
 
 	flow = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
-	if (!flow || !p3_flow_is_stale(flow))
+	if (!flow || !p3_flow_idle_for(flow, P3_FLOW_IDLE))
 		return NULL;
 	list_del(&flow->band_node);
 	hlist_del(&flow->hash_node);
@@ -352,27 +361,19 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 	return flow;
 }
 
-/*
- * Finds or creates the flow of @key.  The chain walk also frees stale
- * idle flows it passes, which bounds the table under a flood of new flows
- * between two runs of the GC timer.
+/* Finds or creates the flow of @key.  An idle flow found here keeps its
+ * deficit however long it was idle, until it is reused or freed.
  */
 static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 				      unsigned long key)
 {
 	struct hlist_head *bucket;
-	struct hlist_node *tmp;
 	struct p3_flow *flow;
 
 	bucket = &q->flow_table[hash_long(key, q->buckets_log)];
-	hlist_for_each_entry_safe(flow, tmp, bucket, hash_node) {
+	hlist_for_each_entry(flow, bucket, hash_node)
 		if (flow->key == key)
 			return flow;
-		if (p3_flow_is_stale(flow)) {
-			p3_flow_free(q, flow);
-			q->stats.flows_gc++;
-		}
-	}
 
 	flow = p3_flow_recycle(q);
 	if (!flow)
