@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), as iSCSI and
- * ext4 use it.  Slicing-by-8 tables: every slice is checksummed on both
- * ends, so the byte-at-a-time loop (about 8x slower) would show up in
- * channel throughput.
+ * ext4 use it.  Every slice is checksummed on both ends, so its speed
+ * shows in channel throughput: the SSE4.2 crc32 instruction where the
+ * CPU has it (checked at run time), else slicing-by-8 tables (the
+ * byte-at-a-time loop is about 8x slower still).
  */
 #include <pthread.h>
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 #include "internal.h"
 
@@ -13,6 +17,8 @@
 
 static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+/* Takes and returns the inverted CRC. */
+static uint32_t (*crc_update)(uint32_t c, const uint8_t *p, size_t len);
 
 static void crc32c_init(void)
 {
@@ -39,13 +45,10 @@ static uint32_t crc32c_bytes(uint32_t c, const uint8_t *p, size_t len)
 	return c;
 }
 
-P3_EXPORT uint32_t p3_crc32c(uint32_t crc, const void *buf, size_t len)
+static uint32_t crc32c_slicing8(uint32_t c, const uint8_t *p, size_t len)
 {
-	const uint8_t *p = buf;
-	uint32_t c = ~crc;
 	uint64_t w;
 
-	pthread_once(&crc_once, crc32c_init);
 	for (; len >= 8; len -= 8, p += 8) {
 		memcpy(&w, p, 8);
 		w = le64toh(w) ^ c;	/* byte 0 in the low bits */
@@ -54,5 +57,52 @@ P3_EXPORT uint32_t p3_crc32c(uint32_t crc, const void *buf, size_t len)
 		    crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
 		    crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
 	}
-	return ~crc32c_bytes(c, p, len);
+	return crc32c_bytes(c, p, len);
+}
+
+#if defined(__x86_64__)
+/* One crc32 instruction per 8 bytes: the same polynomial, in hardware. */
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_sse42(uint32_t c, const uint8_t *p, size_t len)
+{
+	uint64_t w, c64 = c;
+
+	for (; len >= 8; len -= 8, p += 8) {
+		memcpy(&w, p, 8);
+		c64 = _mm_crc32_u64(c64, w);
+	}
+	c = (uint32_t)c64;
+	while (len--)
+		c = _mm_crc32_u8(c, *p++);
+	return c;
+}
+#endif
+
+static void crc32c_pick(void)
+{
+	crc32c_init();
+	crc_update = crc32c_slicing8;
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("sse4.2"))
+		crc_update = crc32c_sse42;
+#endif
+}
+
+P3_EXPORT uint32_t p3_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	pthread_once(&crc_once, crc32c_pick);
+	return ~crc_update(~crc, buf, len);
+}
+
+uint32_t p3_crc32c_portable(uint32_t crc, const void *buf, size_t len)
+{
+	pthread_once(&crc_once, crc32c_pick);
+	return ~crc32c_slicing8(~crc, buf, len);
+}
+
+int p3_crc32c_uses_cpu(void)
+{
+	pthread_once(&crc_once, crc32c_pick);
+	return crc_update != crc32c_slicing8;
 }

@@ -43,6 +43,12 @@ static inline uint64_t get_be64(const uint8_t *p)
 /* tag.c: resolve P3_METHOD_DEFAULT to the process-wide method. */
 int p3_tag_resolve(int method);
 
+/* crc32c.c: CRC-32C without the CPU's instruction (p3_crc32c() picks the fastest
+ * at run time); internal, for the tests to check both paths.
+ */
+uint32_t p3_crc32c_portable(uint32_t crc, const void *buf, size_t len);
+int p3_crc32c_uses_cpu(void);
+
 /* error.c: remember the kernel's extended ack for p3_last_extack(). */
 void p3_set_extack(const char *msg, size_t len);
 

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "internal.h"
 #include "p3.h"
 #include "tap.h"
 #include "util.h"
@@ -60,8 +61,31 @@ static void test_crc_random(void)
 		c = p3_crc32c(p3_crc32c(0, buf, cut), buf + cut, len - cut);
 		chain &= c == crc_ref(buf, len);
 	}
-	ok(same, "slicing-by-8 matches bitwise reference on 300 random buffers");
+	ok(same, "crc32c matches bitwise reference on 300 random buffers");
 	ok(chain, "chained crc32c equals one-shot crc32c");
+}
+
+/* p3_crc32c() takes the CPU's instruction where it can: the table path
+ * must still be right for CPUs without it, and the two must agree.
+ */
+static void test_crc_both_paths(void)
+{
+	static uint8_t buf[4099];
+	uint64_t s = 7;
+	int i, same = 1, agree = 1;
+	size_t off, len;
+
+	tap_diag("p3_crc32c uses %s", p3_crc32c_uses_cpu() ? "the CPU's crc32 instruction" :
+		"slicing-by-8 tables");
+	for (i = 0; i < 300; i++) {
+		len = rnd_range(&s, 0, sizeof(buf) - 8);
+		off = i & 7;
+		fill_pattern(buf, sizeof(buf), i, 1);
+		same &= p3_crc32c_portable(0, buf + off, len) == crc_ref(buf + off, len);
+		agree &= p3_crc32c_portable(i, buf + off, len) == p3_crc32c(i, buf + off, len);
+	}
+	ok(same, "slicing-by-8 matches bitwise reference on 300 random buffers");
+	ok(agree, "the table path and the dispatched path agree, any seed and offset");
 }
 
 static uint8_t frame[P3_FRAME_HDR_LEN + 256];
@@ -238,6 +262,7 @@ int main(void)
 {
 	test_crc_vectors();
 	test_crc_random();
+	test_crc_both_paths();
 	test_roundtrip();
 	test_rejects();
 	test_bitflips();
