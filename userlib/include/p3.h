@@ -34,7 +34,7 @@ enum p3_error {
 	P3_EVERSION,		/* frame version not understood */
 	P3_EBADFRAME,		/* bad type, flags, reserved bits or zero length */
 	P3_ETOOBIG,		/* payload longer than the receiver's bound */
-	P3_ELEVEL,		/* level not below the channel's band count */
+	P3_ELEVEL,		/* level not below the channel's band count (or 64) */
 	P3_ERANGE,		/* offset + length outside the registered tensor */
 	P3_ECSUM,		/* CRC32C mismatch */
 	P3_ETRUNC,		/* buffer ends (or peer closed) inside a frame */
@@ -94,7 +94,8 @@ int p3_tag_config(int method, int notsent_lowat);
  * Tag socket fd with level using the process-wide method, verify it by
  * reading it back, and (on TCP) set TCP_NOTSENT_LOWAT.  IPv4 sockets get
  * IP_TOS, IPv6 get IPV6_TCLASS, and dual-stack IPv6 sockets get both so
- * v4-mapped traffic is tagged too.  The ECN bits are kept.
+ * v4-mapped traffic is tagged too.  The ECN bits are kept.  A level of 64
+ * or more fails with -P3_ELEVEL.
  */
 int p3_tag(int fd, unsigned int level);
 
@@ -263,7 +264,8 @@ struct p3_send {
  * (iter, prio, arrival); a queued message not yet started is overtaken by
  * a more urgent one.  If the queue would exceed max_queued (an empty queue
  * takes any message), wait up to timeout_ms (-1 forever, 0 not at all)
- * while sending, then fail with -EAGAIN.
+ * while sending, then fail with -EAGAIN.  A level not below the channel's
+ * bands fails with -P3_ELEVEL.
  */
 int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
 		     const struct p3_send *s, size_t n, int timeout_ms);
@@ -303,7 +305,8 @@ void p3_listener_close(struct p3_listener *l);
 
 /*
  * Receiver: register buf (size bytes) as the target of tensor for
- * iteration iter.  -EBUSY if the tensor is registered and incomplete.
+ * iteration iter.  -EBUSY if the tensor is registered and incomplete,
+ * -P3_ESTALE if iter is older than the one registered before.
  * A frame for a tensor/iteration not yet registered waits (its connection
  * is not read) until it is; a frame for an older iteration is an error.
  */

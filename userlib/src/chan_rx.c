@@ -83,7 +83,7 @@ P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint
 	if (t && !t->done)
 		return -EBUSY;
 	if (t && iter < t->iter)
-		return -ESTALE;
+		return -P3_ESTALE;
 	t = tab_insert(c, tensor);
 	if (!t)
 		return -ENOMEM;

@@ -297,7 +297,7 @@ P3_EXPORT int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t p
 	if (!c || c->role != P3_ROLE_TX || !s || !n)
 		return -EINVAL;
 	if (level >= c->bands)
-		return -ERANGE;
+		return -P3_ELEVEL;
 	tb = &c->tx[level];
 	if (tb->err)
 		return tb->err;

@@ -194,7 +194,7 @@ P3_EXPORT int p3_tag_ex(int fd, unsigned int level, int method, int notsent_lowa
 	if (fd < 0)
 		return -EBADF;
 	if (level >= P3_MAX_BANDS)
-		return -ERANGE;
+		return -P3_ELEVEL;
 	switch (p3_tag_resolve(method)) {
 	case P3_METHOD_DSCP:
 		err = tag_dscp(fd, level);

@@ -500,7 +500,7 @@ static void test_failures(void)
 {
 	struct p3_listener *l = listen_any("127.0.0.1", 0);
 	struct p3_chan *tx, *rx = NULL;
-	static uint8_t big[1 << 20], a[1000], b[100];
+	static uint8_t big[1 << 20], a[1000], b[100], c9[100];
 	int err = 0, i, rc;
 
 	ok_err(p3_accept(l, 100, &rx), -ETIMEDOUT, "accept with nothing to accept times out");
@@ -509,7 +509,7 @@ static void test_failures(void)
 	ok(p3_chan_expect(rx, 1, a, sizeof(a), 3) == 0 &&
 	   p3_chan_expect(rx, 1, a, sizeof(a), 3) == -EBUSY, "expect twice: EBUSY");
 	ok(p3_chan_expect(rx, 2, a, 0, 0) == -EINVAL, "expect 0 bytes: EINVAL");
-	ok(p3_chan_send(tx, 2, 0, 0, 1, 0, a, 10, 0) == -ERANGE, "send on level >= bands: ERANGE");
+	ok(p3_chan_send(tx, 2, 0, 0, 1, 0, a, 10, 0) == -P3_ELEVEL, "send on level >= bands: P3_ELEVEL");
 	ok(p3_chan_send(tx, 0, 0, 0, 1, UINT64_MAX - 5, a, 10, 0) == -EINVAL,
 	   "send with offset + length past 2^64: EINVAL");
 
@@ -526,6 +526,16 @@ static void test_failures(void)
 	p3_chan_next(rx, &(struct p3_completion){ 0 });
 	ok(p3_chan_expect(rx, 7, b, sizeof(b), 0) == 0 &&
 	   p3_chan_expect(rx, 8, b, sizeof(b), 0) == 0, "re-register after completion");
+
+	/* Done at iteration 5, a tensor cannot be registered for 4. */
+	p3_chan_expect(rx, 9, c9, sizeof(c9), 5);
+	p3_chan_send(tx, 1, 0, 5, 9, 0, b, sizeof(b), 0);
+	p3_chan_flush(tx, 1000);
+	rc = p3_chan_poll(rx, 2000);
+	p3_chan_next(rx, &(struct p3_completion){ 0 });
+	ok(rc == 1, "tensor 9 of iteration 5 arrives");
+	ok_err(p3_chan_expect(rx, 9, c9, sizeof(c9), 4), -P3_ESTALE,
+	       "register an older iteration than the last: P3_ESTALE");
 
 	/* The sender goes away with tensors 1, 7 and 8 still missing. */
 	p3_chan_close(tx);

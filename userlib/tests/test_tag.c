@@ -39,7 +39,7 @@ static void test_dscp_v4(void)
 	   getint(fds[0], IPPROTO_TCP, TCP_NOTSENT_LOWAT) == 4096, "TCP_NOTSENT_LOWAT override");
 	ok_err(p3_tag(fds[0], 63), -P3_EDSCPRANGE, "level 63 does not fit DSCP");
 	ok(strstr(p3_strerror(-P3_EDSCPRANGE), "62") != NULL, "the DSCP error names the limit");
-	ok_err(p3_tag(fds[0], 64), -ERANGE, "level 64 is out of range for every method");
+	ok_err(p3_tag(fds[0], 64), -P3_ELEVEL, "level 64 is out of range for every method");
 	ok(p3_tag_get(fds[1], P3_METHOD_DSCP) == -ENOENT, "an untagged socket reads -ENOENT");
 	close(fds[0]);
 	close(fds[1]);
