@@ -41,7 +41,7 @@ for k in $(selftests/vm-run --list-kernels); do
 done
 make --no-print-directory tc >"$log" 2>&1
 result $? "tc plugin q_p3.so builds with -Werror"
-make --no-print-directory userlib >"$log" 2>&1
+make --no-print-directory userlib WERROR=1 >"$log" 2>&1
 result $? "libp3, p3ctl and tests build with -Werror"
 make --no-print-directory udpflood >"$log" 2>&1
 result $? "udpflood (bench and GC selftest sender) builds with -Werror"

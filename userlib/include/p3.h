@@ -51,6 +51,11 @@ enum p3_error {
 	__P3_EMAX
 };
 
+/* The library's version, "MAJOR.MINOR.PATCH"; the SONAME's number is
+ * MAJOR, the ABI.
+ */
+const char *p3_version(void);
+
 /* Message for a negative (or positive) errno or P3_E* code; never NULL. */
 const char *p3_strerror(int err);
 

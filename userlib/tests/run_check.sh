@@ -39,6 +39,7 @@ run_suite() {	# name prefix binary...
 for t in $TESTS; do
 	run_suite "$t" "" "$O/$t"
 done
+run_suite abi "abi: " "$HERE/test_abi.sh" "$O" "${VERSION:?}"
 for t in $TESTS; do
 	run_suite "$t" "asan: " "$OA/$t"
 done

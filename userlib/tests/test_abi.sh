@@ -1,0 +1,28 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# The shared library's ABI: its SONAME, that it exports p3_* and nothing
+# else, each under the LIBP3_1 version node, and that p3_version() says
+# the version the Makefile built.  TAP.  Usage: test_abi.sh DIR VERSION
+dir=$1 want=$2
+n=0 failed=0
+check() {	# check STATUS NAME
+	n=$((n + 1))
+	if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else failed=1; echo "not ok $n - $2"; fi
+}
+so=$dir/libp3.so
+soname=$(objdump -p "$so" | awk '$1 == "SONAME" { print $2 }')
+[ "$soname" = libp3.so.1 ]
+check $? "SONAME is libp3.so.1 (got '$soname')"
+syms=$(nm -D --defined-only "$so" | awk '{ print $3 }')
+others=$(echo "$syms" | grep -v '^p3_' | grep -v '^LIBP3_1$')
+[ -n "$syms" ] && [ -z "$others" ]
+check $? "exports only p3_* symbols${others:+ (also: $(echo $others))}"
+unversioned=$(objdump -T "$so" | awk '/ p3_/ && !/LIBP3_1/ { print $NF }')
+[ -z "$unversioned" ]
+check $? "every p3_* symbol is versioned LIBP3_1${unversioned:+ (not: $(echo $unversioned))}"
+got=$(/usr/bin/python3 -c "import ctypes; l = ctypes.CDLL('$so'); \
+l.p3_version.restype = ctypes.c_char_p; print(l.p3_version().decode())")
+[ "$got" = "$want" ]
+check $? "p3_version() is $want (got '$got')"
+echo "1..$n"
+exit $failed
