@@ -230,6 +230,9 @@ class ChannelTest(unittest.TestCase):
             with self.assertRaises(p3.Error) as cm:
                 lst.accept(timeout=0.1)
             self.assertEqual(cm.exception.errno, errno.ETIMEDOUT)
+            # A timeout is p3's and Python's at once.
+            self.assertIsInstance(cm.exception, p3.TimeoutError)
+            self.assertIsInstance(cm.exception, TimeoutError)
             junk = socket.create_connection(('127.0.0.1', lst.port))
             junk.sendall(b'J' * 56)
             with self.assertRaises(p3.Error):   # the junk is skipped, then timeout
@@ -267,6 +270,25 @@ class ChannelTest(unittest.TestCase):
             tx.close()
             with self.assertRaises(ValueError):
                 tx.send(1, b'x', 0)
+
+
+class ErrorKindTest(unittest.TestCase):
+    def test_refused_peer_is_a_connection_error(self):
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]     # bound, never listening
+            with self.assertRaises(ConnectionError) as cm:
+                p3.Channel.connect('127.0.0.1', port, bands=2)
+        self.assertIsInstance(cm.exception, p3.ConnectionError)
+        self.assertEqual(cm.exception.errno, errno.ECONNREFUSED)
+
+    def test_kinds_by_code(self):
+        self.assertIsInstance(p3._error(-p3.EINCOMPLETE), ConnectionError)
+        self.assertIsInstance(p3._error(-p3.ENEEDCAP_PRIO), PermissionError)
+        self.assertIsInstance(p3._error(-errno.EAGAIN), TimeoutError)
+        e = p3._error(-p3.ECSUM)
+        self.assertIs(type(e), p3.Error)
+        self.assertIsInstance(e, OSError)
 
 
 class QdiscTest(unittest.TestCase):

@@ -7,6 +7,7 @@ The API is documented at the top of docs/libp3.md; every failure raises
 p3.Error (an OSError).
 """
 
+import builtins
 import collections
 import ctypes
 import ctypes.util
@@ -15,7 +16,7 @@ import os
 import time
 
 __all__ = [
-    'Error', 'Tensor', 'Slice', 'Completion', 'Channel', 'Listener',
+    'Error', 'TimeoutError', 'ConnectionError', 'PermissionError', 'Tensor', 'Slice', 'Completion', 'Channel', 'Listener',
     'tag', 'tag_get', 'tag_config', 'plan', 'suggest_slice', 'now_ns',
     'qdisc_add', 'qdisc_change', 'qdisc_replace', 'qdisc_del', 'qdisc_stats',
     'DEFAULT_SLICE', 'MAX_BANDS',
@@ -180,21 +181,54 @@ class Error(OSError):
         self.extack = extack
 
 
+class TimeoutError(Error, builtins.TimeoutError):
+    """A call's timeout ran out (ETIMEDOUT, or EAGAIN after waiting)."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """The peer refused, reset or closed the connection, or left with
+    tensors incomplete (P3_EINCOMPLETE)."""
+
+
+class PermissionError(Error, builtins.PermissionError):
+    """Not allowed: EPERM, EACCES, or a tag that needs CAP_NET_ADMIN."""
+
+
+def _error(err, what=None, extack=''):
+    """The Error (or the subclass that also names the builtin kind) for a
+    negative or positive errno or P3_E* code."""
+    code = -err if err < 0 else err
+    for cls, codes in _ERROR_KINDS:
+        if code in codes:
+            return cls(code, what, extack)
+    return Error(code, what, extack)
+
+
 def _check(rc, what=None, extack=False):
     if rc < 0:
         text = _last_extack().decode(errors='replace') if extack else ''
-        raise Error(rc, what, text)
+        raise _error(rc, what, text)
     return rc
 
 
 # Library error codes by name, e.g. p3.ECSUM.
-for _i, _n in enumerate(('EBADMAGIC', 'EVERSION', 'EBADFRAME', 'ETOOBIG',
-                         'ELEVEL', 'ERANGE', 'ECSUM', 'ETRUNC', 'EDUP',
-                         'ESTALE', 'EHELLO', 'EINCOMPLETE', 'ENEEDCAP_PRIO',
-                         'ENEEDCAP_MARK', 'EDSCPRANGE', 'ETAGVERIFY', 'ENOTP3',
-                         'ENLPARSE')):
-    globals()[_n] = ERRBASE + _i
-    __all__.append(_n)
+_CODES = {_n: ERRBASE + _i for _i, _n in enumerate((
+    'EBADMAGIC', 'EVERSION', 'EBADFRAME', 'ETOOBIG', 'ELEVEL', 'ERANGE',
+    'ECSUM', 'ETRUNC', 'EDUP', 'ESTALE', 'EHELLO', 'EINCOMPLETE',
+    'ENEEDCAP_PRIO', 'ENEEDCAP_MARK', 'EDSCPRANGE', 'ETAGVERIFY', 'ENOTP3',
+    'ENLPARSE'))}
+globals().update(_CODES)
+__all__ += list(_CODES)
+
+_ERROR_KINDS = (
+    (TimeoutError, {_errno.ETIMEDOUT, _errno.EAGAIN}),
+    (ConnectionError, {_errno.ECONNREFUSED, _errno.ECONNRESET,
+                       _errno.ECONNABORTED, _errno.EPIPE, _errno.ENOTCONN,
+                       _errno.EHOSTUNREACH, _errno.ENETUNREACH,
+                       _CODES['EINCOMPLETE']}),
+    (PermissionError, {_errno.EPERM, _errno.EACCES, _CODES['ENEEDCAP_PRIO'],
+                       _CODES['ENEEDCAP_MARK']}),
+)
 
 
 def now_ns():
@@ -420,8 +454,8 @@ class Channel:
         while self.pending:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise Error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
-                            % self.pending)
+                raise _error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
+                             % self.pending)
             done += self.poll(0.5 if left is None else min(left, 0.5))
         return done
 
