@@ -14,14 +14,9 @@ if [ "${1:-}" = --kernel ]; then
 	shift 2
 fi
 cd "$REPO"
-if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
-	[ ! -f build/tc/q_p3.so ]; then
-	echo "flowcost.sh: building the module and the tc plugin" >&2
-	make --no-print-directory module tc >&2
-fi
+. bench/preempt/quiet.sh
+bench_build "$kernel"
 mkdir -p build/bench/overhead
-${CC:-cc} -O2 -Wall -Wextra -o build/bench/overhead/udpflood \
-	bench/overhead/udpflood.c
 P3_VM_QEMU_ARGS="-icount shift=0 ${P3_VM_QEMU_ARGS:-}" \
 	selftests/vm-run --kernel "$kernel" --cpus 1 --timeout 3600 -- \
 	/usr/bin/python3 bench/overhead/flowcost.py \

@@ -12,12 +12,11 @@ REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd -P)
 kernel=6.12
 [ "${1:-}" = --kernel ] && kernel=${2:?}
 cd "$REPO"
-if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
-	[ ! -f build/tc/q_p3.so ]; then
-	echo "run.sh: building the module and the tc plugin" >&2
-	make --no-print-directory module tc >&2
-fi
+. bench/preempt/quiet.sh
+bench_build "$kernel"
 mkdir -p build/bench/overload
-selftests/vm-run --kernel "$kernel" -- \
+# Goodput under emulation: no other guest may share the host meanwhile.
+bench_lock
+P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" -- \
 	/usr/bin/python3 selftests/p3_overload.py --table |
 	tee build/bench/overload/results.md

@@ -8,6 +8,18 @@
 # P3_BENCH_WAIT_MAX (seconds, default 1800) bounds it, after which the run
 # goes ahead with a warning.
 
+# Builds what a benchmark boots with (module, tc plugin) if this tree has
+# not built it for KERNEL yet, and the flood sender.
+bench_build() {
+	local kernel=$1
+	if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
+		[ ! -f build/tc/q_p3.so ]; then
+		echo "run.sh: building the module and the tc plugin" >&2
+		make --no-print-directory module tc >&2
+	fi
+	make --no-print-directory udpflood >&2
+}
+
 bench_lock() {
 	local waited=0 max=${P3_BENCH_WAIT_MAX:-1800} n load
 	exec 9>>/tmp/p3-vm-run.lock

@@ -24,11 +24,7 @@ while [ $# -gt 0 ]; do
 done
 cd "$REPO"
 . bench/preempt/quiet.sh
-if ! ls build/kmod/"$kernel"*/sch_p3.ko >/dev/null 2>&1 ||
-	[ ! -f build/tc/q_p3.so ]; then
-	echo "run.sh: building the module and the tc plugin" >&2
-	make --no-print-directory module tc >&2
-fi
+bench_build "$kernel"
 mkdir -p "$OUT"
 bench_lock
 /usr/bin/python3 bench/preempt/hostmon.py "$OUT/hostmon.json" &
