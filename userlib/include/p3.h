@@ -323,7 +323,10 @@ int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
  * completions ready for p3_chan_next(); on a sender, 0.  A connection that
  * delivers a bad frame is closed and its error returned once; the others
  * go on.  -P3_EINCOMPLETE when every band is closed and tensors are still
- * missing; -EPIPE when every band is closed and nothing is missing.
+ * missing, or when every open band waits with a frame for a tensor not
+ * registered and its peer has closed (registering it and polling again
+ * still delivers it); -EPIPE when every band is closed and nothing is
+ * missing.
  */
 int p3_chan_poll(struct p3_chan *c, int timeout_ms);
 

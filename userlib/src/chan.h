@@ -50,6 +50,7 @@ struct rx_conn {
 	int		fd;
 	int		status;		/* 0 open, 1 clean EOF, < 0 error */
 	int		stalled;	/* header waits for p3_chan_expect() */
+	int		peer_gone;	/* seen closed by its peer while stalled */
 	uint8_t		*buf;		/* the frame being received */
 	size_t		cap;
 	size_t		have;

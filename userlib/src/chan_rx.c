@@ -398,21 +398,26 @@ static int rx_take_error(struct p3_chan *c)
 	return err;
 }
 
-/* Open, readable-in-principle connections into pfd; returns the count
- * and sets *open to whether any connection at all is still open. */
+/* Open connections into pfd: for data, or, while stalled (their data
+ * must wait for p3_chan_expect()), for their peer's close only, until it
+ * is seen.  Returns the count and sets *open to whether any connection
+ * at all is still open.
+ */
 static unsigned int rx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned int *map,
 			       int *open)
 {
 	unsigned int b, n = 0;
+	short events;
 
 	*open = 0;
 	for (b = 0; b < c->bands; b++) {
 		if (c->rx[b].status)
 			continue;
 		*open = 1;
-		if (c->rx[b].stalled)
+		if (c->rx[b].stalled && c->rx[b].peer_gone)
 			continue;
-		pfd[n] = (struct pollfd){ .fd = c->rx[b].fd, .events = POLLIN };
+		events = c->rx[b].stalled ? POLLRDHUP : POLLIN;
+		pfd[n] = (struct pollfd){ .fd = c->rx[b].fd, .events = events };
 		map[n++] = b;
 	}
 	return n;
@@ -432,12 +437,24 @@ int rx_poll(struct p3_chan *c, int timeout_ms)
 			return rx_take_error(c);
 		if (!open)
 			return c->done_n ? (int)c->done_n : c->pending ? -P3_EINCOMPLETE : -EPIPE;
+		/* Every open connection is stalled and its peer has gone:
+		 * nothing can come that a registration would not release.
+		 */
+		if (!n)
+			return c->done_n ? (int)c->done_n : -P3_EINCOMPLETE;
 		r = poll(pfd, n, c->done_n ? 0 : chan_wait_ms(deadline));
 		if (r < 0 && errno != EINTR)
 			return -errno;
-		for (i = 0; r > 0 && i < n; i++)
-			if (pfd[i].revents)
-				conn_read(c, &c->rx[map[i]]);
+		for (i = 0; r > 0 && i < n; i++) {
+			struct rx_conn *k = &c->rx[map[i]];
+
+			if (!pfd[i].revents)
+				continue;
+			if (k->stalled)
+				k->peer_gone = 1;
+			else
+				conn_read(c, k);
+		}
 		if (c->err_report)
 			return rx_take_error(c);
 		if (c->done_n || !chan_wait_ms(deadline))

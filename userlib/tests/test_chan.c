@@ -545,6 +545,24 @@ static void test_failures(void)
 	   "both bands report a clean close");
 	p3_chan_close(rx);
 
+	/* Every band stalled on a tensor nobody registered, then the sender
+	 * leaves: an endless poll must end, and registering still delivers.
+	 */
+	tx = connect_to("127.0.0.1", 2, 0);
+	p3_accept(l, 5000, &rx);
+	p3_chan_send(tx, 0, 0, 0, 50, 0, b, 10, 0);
+	p3_chan_send(tx, 1, 0, 0, 50, 10, b, 10, 0);
+	p3_chan_flush(tx, 1000);
+	ok(p3_chan_poll(rx, 300) == 0, "both bands stall on unregistered tensor 50");
+	p3_chan_close(tx);
+	ok_err(p3_chan_poll(rx, 5000), -P3_EINCOMPLETE,
+	       "the sender leaves while every band is stalled: EINCOMPLETE, not a hang");
+	p3_chan_expect(rx, 50, c9, 20, 0);
+	ok(p3_chan_poll(rx, 2000) == 1, "registered after the peer left, tensor 50 completes");
+	p3_chan_next(rx, &(struct p3_completion){ 0 });
+	ok_err(p3_chan_poll(rx, 2000), -EPIPE, "then every band is closed, nothing missing: EPIPE");
+	p3_chan_close(rx);
+
 	/* The receiver goes away: the sender gets an error, not SIGPIPE. */
 	tx = connect_to("127.0.0.1", 1, 0);
 	p3_accept(l, 5000, &rx);
