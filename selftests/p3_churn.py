@@ -42,8 +42,8 @@ import tempfile
 import threading
 import time
 
-from p3lib import (PORT, RADDR, RCV, SDEV, SND, Check, Sink, Tap, p3t, sh,
-                   tc, teardown, topology)
+from p3lib import (PORT, RADDR, RCV, SDEV, SND, Check, Sink, Tap, p3t,
+                   router, sh, tc, teardown, topology)
 from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
                        kmemleak_p3, kmemleak_scan, kmemleak_available, Rtnl)
 
@@ -275,16 +275,10 @@ def local_flows(count):
 
 
 def test_short_flows(args, chk, probe, nl, ifindex):
-    sh("ip netns add p3rtr")
-    sh(f"ip link add g0 netns p3rtr type veth peer name g1 netns {SND}")
-    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
-    sh("ip link set g0 up", ns="p3rtr")
-    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
-    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
-    sh("ip link set g1 up", ns=SND)
-    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    router()
     tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
-    # Idle flows of the earlier tests are gone after a second.
+    # Idle flows of the earlier tests are freed two seconds after they
+    # empty (P3_FLOW_EXPIRE).
     time.sleep(2.5)
     base = slab_objects()
     x0 = p3_xstats(nl, ifindex)

@@ -49,8 +49,8 @@ import tempfile
 import threading
 import time
 
-from p3lib import (RADDR, RCV, SDEV, SND, Check, Tap, no_ipv6, sh, tc,
-                   teardown, topology)
+from p3lib import (RADDR, RCV, SDEV, SND, Check, Tap, no_ipv6, router, sh,
+                   tc, teardown, topology)
 from p3_nlfuzz import (NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
                        NLM_F_REPLACE, NLM_F_REQUEST, P3_BANDS, P3_DEFAULT,
                        P3_LIMIT, P3_QUANTUM, P3_RATE, P3_TAG, RTM_DELQDISC,
@@ -477,14 +477,7 @@ def slab_objects():
 def test_flow_alloc(k, chk):
     """Flow creation fails at random (p3_flow cache only) while forwarded
     flows and local sockets send: each failure is one counted drop."""
-    sh("ip netns add p3rtr")
-    sh(f"ip link add g0 netns p3rtr type veth peer name g1 netns {SND}")
-    sh("ip addr add 10.198.0.1/24 dev g0", ns="p3rtr")
-    sh("ip link set g0 up", ns="p3rtr")
-    sh("ip route add 10.199.0.0/24 via 10.198.0.2", ns="p3rtr")
-    sh("ip addr add 10.198.0.2/24 dev g1", ns=SND)
-    sh("ip link set g1 up", ns=SND)
-    sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
+    router()
     tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8")
     time.sleep(2.5)
     base = slab_objects()

@@ -163,16 +163,17 @@ def topology(ipv6=True):
     sh(f"sh -c 'echo 1 > /sys/class/net/{RDEV}/queues/rx-0/rps_cpus'", ns=RCV)
 
 
-# A third host, p3rtr, behind the sender: what it sends to FORWARDED, p3snd
-# forwards out of s0 to p3rcv (which drops it: none of it is its own).
-# Forwarded packets have no local socket, so p3 keys them by flow hash.
+# A third host, p3rtr, behind the sender: what it sends to p3rcv's address,
+# or to FORWARDED (which p3rcv drops: none of it is its own), p3snd
+# forwards out of s0.  Forwarded packets have no local socket, so p3 keys
+# them by flow hash.
 RTR, FORWARDED = "p3rtr", "10.64.0.0/10"
 UDPFLOOD = os.path.join(os.path.dirname(HERE), "build", "bench", "overhead",
                         "udpflood")
 
 
 def router():
-    """p3rtr's g0 <-> p3snd's g1, and the routes of FORWARDED."""
+    """p3rtr's g0 <-> p3snd's g1, and the routes through p3snd."""
     sh(f"ip netns add {RTR}")
     sh(f"ip link add g0 netns {RTR} type veth peer name g1 netns {SND}")
     sh("ip addr add 10.198.0.1/24 dev g0", ns=RTR)
@@ -184,6 +185,7 @@ def router():
     sh(f"ip neigh replace 10.198.0.2 lladdr {mac} dev g0 nud permanent",
        ns=RTR)
     sh(f"ip route add {FORWARDED} via 10.198.0.2", ns=RTR)
+    sh(f"ip route add {RADDR}/32 via 10.198.0.2", ns=RTR)
     sh("sysctl -qw net.ipv4.ip_forward=1", ns=SND)
     sh(f"ip route add {FORWARDED} via {RADDR}", ns=SND)
 
