@@ -1,5 +1,5 @@
 #!/bin/bash
-# check-debug.sh [--if-cached] [--quick] [--deadline EPOCH] [--only SUITE]...:
+# check-debug.sh [--quick] [--deadline EPOCH] [--only SUITE]...:
 # the body of `make check-debug`. Boots the debug kernel of
 # selftests/debug-kernel/ (KASAN, lockdep, kmemleak, UBSAN, debug objects,
 # fault injection) and runs in it, one guest each:
@@ -14,26 +14,24 @@
 # log (selftests/debug-kernel/guest.sh). TAP goes to build/check-debug/;
 # the run ends with "N passed, N failed, N skipped".
 #
-# The kernel is built once per machine (about an hour on two cores) and
-# cached outside the repo; see selftests/debug-kernel/build.sh. With
-# --if-cached (for CI) a machine without the cached kernel skips the whole
-# pass, saying so, instead of building it. The debug kernel runs about
-# 25 times slower than a stock one under emulation, so `make check` asks
-# for --quick and a --deadline: a suite that would not finish before it
-# is skipped, visibly, rather than run into CI's time limit.
+# The kernel is built once per machine and cached outside the repo (see
+# selftests/debug-kernel/build.sh); what the build needs is installed
+# first. The debug kernel runs about 25 times slower than a stock one
+# under emulation, so `make check` asks for --quick and a --deadline: a
+# suite that would not finish before it is skipped, visibly, rather than
+# run into CI's time limit.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
-if_cached=0 quick=0 deadline=
+quick=0 deadline=
 only=()
 while [ $# -gt 0 ]; do
 	case $1 in
-	--if-cached) if_cached=1; shift ;;
 	--quick) quick=1; shift ;;
 	--deadline) deadline=${2:?}; shift 2 ;;
 	--only) only+=("${2:?}"); shift 2 ;;
-	*) echo "usage: $0 [--if-cached] [--quick] [--deadline EPOCH]" \
+	*) echo "usage: $0 [--quick] [--deadline EPOCH]" \
 		"[--only nlfuzz|churn|faults|vm]..." >&2; exit 2 ;;
 	esac
 done
@@ -42,25 +40,8 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
 
 if ! dir=$(selftests/debug-kernel/build.sh --print-dir); then
-	if [ $if_cached -eq 1 ]; then
-		echo "#"
-		echo "# ==== check-debug: SKIPPED: no debug kernel cached${dir:+ in $dir}"
-		echo "# ==== (\`make check-debug\` builds it once, in about 25 minutes)"
-		echo "#"
-		echo "ok - debug-kernel pass (KASAN, lockdep, kmemleak, UBSAN) # SKIP no cached debug kernel"
-		exit 0
-	fi
-	# What the kernel build needs beyond scripts/deps.sh.
-	need=()
-	for p in flex bison bc libelf-dev; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-			need+=("$p")
-	done
-	if [ ${#need[@]} -gt 0 ]; then
-		echo "check-debug: installing ${need[*]}" >&2
-		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-			--no-install-recommends "${need[@]}" >/dev/null || exit 1
-	fi
+	# What the kernel build needs beyond what `make deps` installed.
+	scripts/deps.sh linux-source-6.1 flex bison bc libelf-dev || exit 1
 	dir=$(selftests/debug-kernel/build.sh) || exit 1
 fi
 rel=$(<"$dir/release")

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Installs, with apt, whatever a fresh Debian 12 machine lacks to build and
-# test sch_p3, and nothing else.  Safe to run again: it only calls apt when
-# a package is missing.
+# deps.sh [PACKAGE...]: installs, with apt, whatever a fresh Debian 12
+# machine lacks to build and test sch_p3 (and the PACKAGEs named, which
+# scripts/check-debug.sh adds for the kernel build), and nothing else.
+# Safe to run again: it only calls apt when a package is missing.
 set -euo pipefail
 
 # Kernels: 6.1 is bookworm's own; 6.12 comes from bookworm-security. The
@@ -16,6 +17,7 @@ packages=(
 	clang
 	python3 python3-numpy python3-matplotlib
 	groff-base man-db
+	"$@"
 )
 
 missing=()

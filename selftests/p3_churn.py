@@ -286,12 +286,19 @@ def test_short_flows(args, chk, probe, nl, ifindex):
     stop = threading.Event()
 
     def changer():
+        # limit 8 is below what the six bulk flows keep queued (two
+        # packets each at least, by TCP small queues): from the start, and
+        # every other half second, the qdisc overflows with thousands of
+        # flows in its table, and each change lowers the limit under a
+        # queue.
+        opts = ("bands 4 rate 20mbit limit 8", "bands 8 rate 20mbit")
         k = 0
-        while not stop.wait(0.5):
-            opts = ("bands 8 rate 20mbit", "bands 4 rate 20mbit limit 500")
+        while True:
             tc_batch([f"qdisc change dev {SDEV} root handle 1: p3 "
                       f"{opts[k % 2]}"])
             k += 1
+            if stop.wait(0.5):
+                break
     th = threading.Thread(target=changer, daemon=True)
     th.start()
     try:
@@ -324,11 +331,14 @@ def test_short_flows(args, chk, probe, nl, ifindex):
              f"{t1 - t0:.1f} s; flows created {created}, live after "
              f"{x1['flows']}, after idle {x2['flows']}; gc "
              f"{x2['flows_gc'] - x0['flows_gc']}; drops_alloc "
-             f"{x2['drops_alloc'] - x0['drops_alloc']}; slab objects "
+             f"{x2['drops_alloc'] - x0['drops_alloc']}; drops_limit "
+             f"{x2['drops_limit'] - x0['drops_limit']}; slab objects "
              f"{base} -> {end}; longest probe gap "
              f"{probe.max_gap(t0, t1) * 1e3:.0f} ms")
     chk.expect(created >= want * 0.999,
                f"only {created} flows created of {want}")
+    chk.expect(x2["drops_limit"] > x0["drops_limit"],
+               "the queue never overflowed: the drop path went untested")
     chk.expect(x2["flows"] <= 8, f"{x2['flows']} flows left after idle")
     chk.expect(x2["flows_gc"] - x0["flows_gc"] >= created - 8,
                "idle flows not garbage-collected")
