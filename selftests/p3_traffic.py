@@ -10,6 +10,7 @@ from the qdisc's statistics, and the kernel log is checked after each.
   selftests/vm-run -- selftests/p3_traffic.py [-t NAME]...
 """
 import argparse
+import gzip
 import math
 import os
 import re
@@ -459,9 +460,20 @@ def slab_objects():
 GC_BATCH = 256
 
 
+# gc_100k_flows checks the GC's pace unless --no-gc-pace.
+GC_PACE = True
+
+
 def kernel_hz():
-    with open(f"/boot/config-{os.uname().release}") as f:
-        return int(re.search(r"^CONFIG_HZ=(\d+)$", f.read(), re.M)[1])
+    # Debian's kernels have their config in /boot; the debug kernel, not
+    # installed there, has it built in (IKCONFIG_PROC).
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            config = f.read()
+    except FileNotFoundError:
+        with open(f"/boot/config-{os.uname().release}") as f:
+            config = f.read()
+    return int(re.search(r"^CONFIG_HZ=(\d+)$", config, re.M)[1])
 
 
 def gc_samples(timeout=10):
@@ -518,10 +530,13 @@ def test_gc_100k_flows(chk):
              f"{base} -> {end}; {len(samples)} samples while idle, "
              f"fastest GC {fastest:.0f} flows per jiffy (HZ {hz})")
     chk.expect(created >= 99900, f"only {created} flows created")
-    chk.expect(fastest <= GC_BATCH, f"the GC freed {fastest:.0f} flows in "
-               f"one jiffy, above its bound of {GC_BATCH} per run")
-    chk.expect(len(samples) >= 3, "premise: too few samples while the GC "
-               "ran to see its pace")
+    if GC_PACE:
+        chk.expect(fastest <= GC_BATCH, f"the GC freed {fastest:.0f} flows "
+                   f"in one jiffy, above its bound of {GC_BATCH} per run")
+        chk.expect(len(samples) >= 3, "premise: too few samples while the "
+                   "GC ran to see its pace")
+    else:
+        chk.note("GC pace not checked (--no-gc-pace)")
     chk.expect(x2["flows"] == 0, f"{x2['flows']} flows left after idle")
     chk.expect(x2["flows_gc"] - x0["flows_gc"] >= 99900,
                "idle flows not garbage-collected")
@@ -548,15 +563,20 @@ TESTS = [
 
 
 def main():
-    global RATE
+    global RATE, GC_PACE
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("-t", "--test", action="append",
                     help="run only this test (repeatable)")
     ap.add_argument("--prefix", default="", help="prefix of TAP names")
     ap.add_argument("--rate", default=RATE,
                     help=f"link rate of the shaped tests (tc syntax, {RATE})")
+    ap.add_argument("--no-gc-pace", action="store_true",
+                    help="gc_100k_flows: skip the per-jiffy bound, which "
+                    "needs tc to answer within a few jiffies (the debug "
+                    "kernel's does not)")
     args = ap.parse_args()
     RATE = args.rate
+    GC_PACE = not args.no_gc_pace
     sh("modprobe sch_p3")
     return run_tests(TESTS, args.test, "traffic", args.prefix)
 

@@ -20,7 +20,8 @@
 # exits 1 when no finished build is there, without building.
 #
 # The machine has two cores shared with running guests, so the build runs
-# at nice 19 with -j2; the minimal configuration builds in about N minutes.
+# at nice 19 with -j2; the minimal configuration (see config) builds in
+# about 5 minutes, defconfig with the same debug options took 23.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
