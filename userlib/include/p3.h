@@ -48,6 +48,7 @@ enum p3_error {
 	P3_ETAGVERIFY,		/* getsockopt read back another tag */
 	P3_ENOTP3,		/* the qdisc found there is not p3 */
 	P3_ENLPARSE,		/* malformed netlink reply */
+	P3_ECLOSED,		/* the channel was shut down (by another thread) */
 	__P3_EMAX
 };
 
@@ -243,9 +244,11 @@ struct p3_chan_opts {
 	size_t		max_queued;	/* sender memory bound, bytes */
 	uint32_t	max_payload;	/* largest frame payload either side */
 	int		timeout_ms;	/* connect / hello timeout */
+	int		progress;	/* 1: a background thread moves the data */
 };
 
-/* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s. */
+/* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
+ * no progress thread. */
 void p3_chan_opts_init(struct p3_chan_opts *opts);
 
 /*
@@ -350,7 +353,37 @@ int p3_chan_band_status(const struct p3_chan *c, unsigned int band);
 unsigned int p3_chan_bands(const struct p3_chan *c);
 uint64_t p3_chan_id(const struct p3_chan *c);
 
-/* Close every socket and free c (queued data is discarded). */
+/*
+ * Threads.  Every call on a channel may run in any thread, at the same time
+ * as any other call on it; they take turns on the channel's lock, which a
+ * call drops while it waits.
+ *
+ * Progress.  Without opts.progress, data moves only inside the calls above
+ * (send, flush, poll), so a sender whose queue outruns the sockets must
+ * come back to p3_chan_poll().  With it, a thread of the channel's own
+ * writes queued messages and reads arriving frames the moment the sockets
+ * allow; the calls above then only queue, register, and wait for that
+ * thread's results, and p3_chan_fd() serves an event loop.
+ */
+
+/*
+ * With opts.progress: a descriptor that is readable while there is
+ * something for the caller: on a receiver a completion for p3_chan_next()
+ * or an error for p3_chan_poll(); on a sender an empty queue or a failed
+ * band; on either after p3_chan_shutdown().  Poll it; never read it.
+ * -EINVAL without a progress thread.
+ */
+int p3_chan_fd(const struct p3_chan *c);
+
+/*
+ * Make every call that waits inside c return -P3_ECLOSED now, and every
+ * later call fail with it, without freeing c: the way for one thread to
+ * stop another before it closes.  Queued data is discarded.
+ */
+void p3_chan_shutdown(struct p3_chan *c);
+
+/* Shut down, wait for the calls still inside c to return, close every
+ * socket and free c (queued data is discarded: p3_chan_flush() first). */
 void p3_chan_close(struct p3_chan *c);
 
 /* ----------------------------------------------------------------- qdisc */

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
-/* What both ends of a channel share: options, lifetime, time, queries. */
+/* What both ends of a channel share: options, lifetime, time, queries.
+ * Threads, waits and the progress thread are in chan_thread.c. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -41,6 +42,17 @@ struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t m
 		c->rx[b].fd = -1;
 		c->rx[b].status = b < bands ? 0 : 1;
 	}
+	c->wake = -1;
+	c->notify = -1;
+	if (chan_thread_init(c)) {
+		/* No socket or memory yet; the lock and condition hold nothing. */
+		if (c->wake >= 0)
+			close(c->wake);
+		if (c->notify >= 0)
+			close(c->notify);
+		free(c);
+		return NULL;
+	}
 	return c;
 }
 
@@ -67,28 +79,46 @@ int chan_wait_ms(uint64_t deadline_ns)
 
 P3_EXPORT int p3_chan_poll(struct p3_chan *c, int timeout_ms)
 {
+	int err;
+
 	if (!c)
 		return -EINVAL;
-	if (c->role == P3_ROLE_TX)
-		return tx_pump(c, timeout_ms);
-	return rx_poll(c, timeout_ms);
+	err = chan_enter(c);
+	if (err)
+		return err;
+	err = c->role == P3_ROLE_TX ? tx_pump(c, timeout_ms) : rx_poll(c, timeout_ms);
+	chan_unlock(c);
+	return err;
 }
 
-P3_EXPORT void p3_chan_close(struct p3_chan *c)
+/* Sockets, memory, and the thread primitives chan_alloc() made. */
+static void chan_free(struct p3_chan *c)
 {
 	unsigned int b;
 
-	if (!c)
-		return;
 	for (b = 0; b < P3_MAX_BANDS; b++) {
 		if (c->tx[b].fd >= 0)
 			close(c->tx[b].fd);
 		if (c->rx[b].fd >= 0)
 			close(c->rx[b].fd);
 	}
+	if (c->wake >= 0)
+		close(c->wake);
+	if (c->notify >= 0)
+		close(c->notify);
 	tx_free(c);
 	rx_free(c);
+	pthread_cond_destroy(&c->changed);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+P3_EXPORT void p3_chan_close(struct p3_chan *c)
+{
+	if (!c)
+		return;
+	chan_quiesce(c);
+	chan_free(c);
 }
 
 P3_EXPORT unsigned int p3_chan_bands(const struct p3_chan *c)
@@ -101,21 +131,43 @@ P3_EXPORT uint64_t p3_chan_id(const struct p3_chan *c)
 	return c ? c->id : 0;
 }
 
+/* The queries read state the engine and other callers change: under the
+ * lock, which they take through a cast (they change nothing). */
 P3_EXPORT size_t p3_chan_queued(const struct p3_chan *c)
 {
-	return c ? c->queued : 0;
+	struct p3_chan *w = (struct p3_chan *)c;
+	size_t v;
+
+	if (!w)
+		return 0;
+	chan_lock(w);
+	v = w->queued;
+	chan_unlock(w);
+	return v;
 }
 
 P3_EXPORT size_t p3_chan_pending(const struct p3_chan *c)
 {
-	return c ? c->pending : 0;
+	struct p3_chan *w = (struct p3_chan *)c;
+	size_t v;
+
+	if (!w)
+		return 0;
+	chan_lock(w);
+	v = w->pending;
+	chan_unlock(w);
+	return v;
 }
 
 P3_EXPORT int p3_chan_band_status(const struct p3_chan *c, unsigned int band)
 {
-	if (!c || band >= c->bands)
+	struct p3_chan *w = (struct p3_chan *)c;
+	int v;
+
+	if (!w || band >= w->bands)
 		return -EINVAL;
-	if (c->role == P3_ROLE_TX)
-		return c->tx[band].err;
-	return c->rx[band].status;
+	chan_lock(w);
+	v = w->role == P3_ROLE_TX ? w->tx[band].err : w->rx[band].status;
+	chan_unlock(w);
+	return v;
 }

@@ -3,6 +3,9 @@
 #ifndef P3_CHAN_H
 #define P3_CHAN_H
 
+#include <poll.h>
+#include <pthread.h>
+
 #include "internal.h"
 
 enum { P3_ROLE_TX = 1, P3_ROLE_RX };
@@ -64,6 +67,18 @@ struct p3_chan {
 	uint64_t		id;
 	uint32_t		max_payload;
 
+	/* Threads: every field below is guarded by lock. */
+	pthread_mutex_t		lock;
+	pthread_cond_t		changed;	/* the engine moved data, or shutdown */
+	unsigned int		users;		/* calls inside, waiting or not */
+	int			closing;
+	int			wake;		/* eventfd: ends any poll() in the channel */
+	int			notify;		/* eventfd: p3_chan_fd() */
+	int			notified;	/* notify holds a count */
+	int			engine_on;	/* the progress thread does the I/O */
+	int			engine_made;	/* it was started (join it) */
+	pthread_t		engine;
+
 	/* sender */
 	struct tx_band		tx[P3_MAX_BANDS];
 	size_t			queued;
@@ -87,11 +102,38 @@ struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t m
 int chan_wait_ms(uint64_t deadline_ns);
 uint64_t chan_deadline(int timeout_ms);
 
+/* Lock, condition and eventfds: 0 or -errno (chan_alloc() does this). */
+int chan_thread_init(struct p3_chan *c);
+/* Every public call runs between chan_enter() (-P3_ECLOSED once shut down)
+ * or chan_lock() (for queries, which work until close) and chan_unlock(). */
+int chan_enter(struct p3_chan *c);
+void chan_lock(struct p3_chan *c);
+void chan_unlock(struct p3_chan *c);
+/* Wait for pfd[0..n) (room for one more is needed) up to wait_ms, with the
+ * lock dropped; with a progress thread, other threads wait for its news
+ * instead.  Returns ready descriptors (revents set), 0, -P3_ECLOSED, or
+ * -errno. */
+int chan_wait(struct p3_chan *c, struct pollfd *pfd, unsigned int n, int wait_ms);
+/* New work for the progress thread (a queued message, a registration). */
+void chan_kick(struct p3_chan *c);
+/* Start the progress thread; 0 or -errno. */
+int chan_start_engine(struct p3_chan *c);
+int chan_is_engine(const struct p3_chan *c);
+/* A completion was taken: p3_chan_fd() may have nothing left to say. */
+void chan_consumed(struct p3_chan *c);
+/* Shut down and wait until no call is inside and the engine has ended. */
+void chan_quiesce(struct p3_chan *c);
+
 int tx_pump(struct p3_chan *c, int timeout_ms);
+int tx_step(struct p3_chan *c, int wait_ms);
 void tx_free(struct p3_chan *c);
 int tx_push_hello(struct p3_chan *c, unsigned int band);
 
 int rx_poll(struct p3_chan *c, int timeout_ms);
+/* The progress thread's receive pass: wait for data or a kick, read. */
+void rx_engine_step(struct p3_chan *c);
+/* Something for p3_chan_fd()'s reader: a completion or an error. */
+int rx_ready(const struct p3_chan *c);
 void rx_free(struct p3_chan *c);
 /* Feed bytes to a receiving connection as if read() returned them; used by
  * the stream fuzzer.  Returns 0, or the error that closed the connection. */

@@ -18,9 +18,12 @@
 
 /* ------------------------------------------------------ the tensor table */
 
+/* Fibonacci hashing: the product's top bits, which every bit of the id
+ * stirs; its low bits would put ids that share low bits (0, 1024, 2048,
+ * ... in a table of 1024) into one chain. */
 static size_t tab_slot(uint32_t id, size_t cap)
 {
-	return (size_t)(id * 0x9e3779b1u) & (cap - 1);
+	return (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_ctzll(cap)));
 }
 
 static struct rx_tensor *tab_find(const struct p3_chan *c, uint32_t id)
@@ -72,13 +75,11 @@ static struct rx_tensor *tab_insert(struct p3_chan *c, uint32_t id)
 	return &c->tab[i];
 }
 
-P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
-			     uint64_t iter)
+static int rx_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
+		     uint64_t iter)
 {
 	struct rx_tensor *t;
 
-	if (!c || c->role != P3_ROLE_RX || !buf || !size)
-		return -EINVAL;
 	t = tab_find(c, tensor);
 	if (t && !t->done)
 		return -EBUSY;
@@ -96,6 +97,24 @@ P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint
 	t->done = 0;
 	c->pending++;
 	return 0;
+}
+
+P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
+			     uint64_t iter)
+{
+	int err;
+
+	if (!c || c->role != P3_ROLE_RX || !buf || !size)
+		return -EINVAL;
+	err = chan_enter(c);
+	if (err)
+		return err;
+	err = rx_expect(c, tensor, buf, size, iter);
+	/* A band stalled on this tensor may go on: the engine looks again. */
+	if (!err)
+		chan_kick(c);
+	chan_unlock(c);
+	return err;
 }
 
 /* ---------------------------------------------------------- completions */
@@ -123,12 +142,20 @@ static int done_push(struct p3_chan *c, const struct p3_completion *d)
 
 P3_EXPORT int p3_chan_next(struct p3_chan *c, struct p3_completion *out)
 {
-	if (!c || !out || !c->done_n)
+	int got;
+
+	if (!c || !out)
 		return 0;
-	*out = c->done[c->done_head];
-	c->done_head = (c->done_head + 1) % c->done_cap;
-	c->done_n--;
-	return 1;
+	chan_lock(c);
+	got = c->done_n > 0;
+	if (got) {
+		*out = c->done[c->done_head];
+		c->done_head = (c->done_head + 1) % c->done_cap;
+		c->done_n--;
+		chan_consumed(c);
+	}
+	chan_unlock(c);
+	return got;
 }
 
 /* ------------------------------------------------------- received ranges */
@@ -423,43 +450,84 @@ static unsigned int rx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned i
 	return n;
 }
 
+/* Read from the connections poll() found ready. */
+static void rx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
+		     unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		struct rx_conn *k = &c->rx[map[i]];
+
+		if (!pfd[i].revents)
+			continue;
+		if (k->stalled)
+			k->peer_gone = 1;
+		else
+			conn_read(c, k);
+	}
+}
+
+/* What p3_chan_poll() returns without waiting, or 0 if it must wait. */
+static int rx_settled(struct p3_chan *c, unsigned int n, int open)
+{
+	if (c->err_report)
+		return rx_take_error(c);
+	if (!open)
+		return c->done_n ? (int)c->done_n : c->pending ? -P3_EINCOMPLETE : -EPIPE;
+	/* Every open connection is stalled and its peer has gone: nothing
+	 * can come that a registration would not release. */
+	if (!n)
+		return c->done_n ? (int)c->done_n : -P3_EINCOMPLETE;
+	return 0;
+}
+
+int rx_ready(const struct p3_chan *c)
+{
+	unsigned int b;
+
+	if (c->done_n || c->err_report)
+		return 1;
+	for (b = 0; b < c->bands; b++)
+		if (!c->rx[b].status && !(c->rx[b].stalled && c->rx[b].peer_gone))
+			return 0;
+	return 1;	/* p3_chan_poll() would end at once */
+}
+
 int rx_poll(struct p3_chan *c, int timeout_ms)
 {
 	uint64_t deadline = chan_deadline(timeout_ms);
-	struct pollfd pfd[P3_MAX_BANDS];
-	unsigned int map[P3_MAX_BANDS], n, i;
+	struct pollfd pfd[P3_MAX_BANDS + 1];
+	unsigned int map[P3_MAX_BANDS], n;
 	int open, r;
 
 	for (;;) {
 		rx_unstall(c);
 		n = rx_pollset(c, pfd, map, &open);
-		if (c->err_report)
-			return rx_take_error(c);
-		if (!open)
-			return c->done_n ? (int)c->done_n : c->pending ? -P3_EINCOMPLETE : -EPIPE;
-		/* Every open connection is stalled and its peer has gone:
-		 * nothing can come that a registration would not release.
-		 */
-		if (!n)
-			return c->done_n ? (int)c->done_n : -P3_EINCOMPLETE;
-		r = poll(pfd, n, c->done_n ? 0 : chan_wait_ms(deadline));
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		for (i = 0; r > 0 && i < n; i++) {
-			struct rx_conn *k = &c->rx[map[i]];
-
-			if (!pfd[i].revents)
-				continue;
-			if (k->stalled)
-				k->peer_gone = 1;
-			else
-				conn_read(c, k);
-		}
+		r = rx_settled(c, n, open);
+		if (r)
+			return r;
+		r = chan_wait(c, pfd, n, c->done_n ? 0 : chan_wait_ms(deadline));
+		if (r < 0)
+			return r;
+		rx_serve(c, pfd, map, n);
 		if (c->err_report)
 			return rx_take_error(c);
 		if (c->done_n || !chan_wait_ms(deadline))
 			return (int)c->done_n;
 	}
+}
+
+void rx_engine_step(struct p3_chan *c)
+{
+	struct pollfd pfd[P3_MAX_BANDS + 1];
+	unsigned int map[P3_MAX_BANDS], n;
+	int open;
+
+	rx_unstall(c);
+	n = rx_pollset(c, pfd, map, &open);
+	if (chan_wait(c, pfd, n, -1) > 0)
+		rx_serve(c, pfd, map, n);
 }
 
 void rx_free(struct p3_chan *c)

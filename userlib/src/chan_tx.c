@@ -36,25 +36,15 @@ static void heap_swap(struct tx_msg **h, size_t i, size_t j)
 	h[j] = t;
 }
 
-static int heap_push(struct tx_band *tb, struct tx_msg *m)
+/* Room was made by heap_reserve(), so that a batch cannot fail halfway. */
+static void heap_push(struct tx_band *tb, struct tx_msg *m)
 {
-	struct tx_msg **h;
-	size_t i, cap;
+	struct tx_msg **h = tb->heap;
+	size_t i = tb->nheap++;
 
-	if (tb->nheap == tb->cheap) {
-		cap = tb->cheap ? tb->cheap * 2 : 16;
-		h = realloc(tb->heap, cap * sizeof(*h));
-		if (!h)
-			return -ENOMEM;
-		tb->heap = h;
-		tb->cheap = cap;
-	}
-	h = tb->heap;
-	i = tb->nheap++;
 	h[i] = m;
 	for (; i && msg_before(h[i], h[(i - 1) / 2]); i = (i - 1) / 2)
 		heap_swap(h, i, (i - 1) / 2);
-	return 0;
 }
 
 static struct tx_msg *heap_pop(struct tx_band *tb)
@@ -148,10 +138,11 @@ static int tx_error(const struct p3_chan *c)
 	return 0;
 }
 
-/* Wait for writable sockets and write, once.  0, or -errno from poll. */
-static int tx_step(struct p3_chan *c, int wait_ms)
+/* Wait for writable sockets and write, once.  0, -P3_ECLOSED, or -errno
+ * from poll.  The engine waits even with nothing to write: for a kick. */
+int tx_step(struct p3_chan *c, int wait_ms)
 {
-	struct pollfd pfd[P3_MAX_BANDS];
+	struct pollfd pfd[P3_MAX_BANDS + 1];
 	unsigned int b, n = 0, map[P3_MAX_BANDS];
 	int r;
 
@@ -161,11 +152,11 @@ static int tx_step(struct p3_chan *c, int wait_ms)
 		pfd[n] = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT };
 		map[n++] = b;
 	}
-	if (!n)
-		return 0;
-	r = poll(pfd, n, wait_ms);
+	if (!n && !chan_is_engine(c))
+		return c->closing ? -P3_ECLOSED : 0;
+	r = chan_wait(c, pfd, n, wait_ms);
 	if (r < 0)
-		return errno == EINTR ? 0 : -errno;
+		return r;
 	for (b = 0; b < n; b++)
 		if (pfd[b].revents)
 			band_write(c, &c->tx[map[b]]);
@@ -188,13 +179,11 @@ int tx_pump(struct p3_chan *c, int timeout_ms)
 	return err;
 }
 
-P3_EXPORT int p3_chan_flush(struct p3_chan *c, int timeout_ms)
+static int tx_flush(struct p3_chan *c, int timeout_ms)
 {
 	uint64_t deadline = chan_deadline(timeout_ms);
 	int err;
 
-	if (!c || c->role != P3_ROLE_TX)
-		return -EINVAL;
 	while (c->queued) {
 		err = tx_step(c, chan_wait_ms(deadline));
 		if (err)
@@ -203,6 +192,20 @@ P3_EXPORT int p3_chan_flush(struct p3_chan *c, int timeout_ms)
 			return -ETIMEDOUT;
 	}
 	return tx_error(c);
+}
+
+P3_EXPORT int p3_chan_flush(struct p3_chan *c, int timeout_ms)
+{
+	int err;
+
+	if (!c || c->role != P3_ROLE_TX)
+		return -EINVAL;
+	err = chan_enter(c);
+	if (err)
+		return err;
+	err = tx_flush(c, timeout_ms);
+	chan_unlock(c);
+	return err;
 }
 
 void tx_free(struct p3_chan *c)
@@ -268,59 +271,151 @@ static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int l
 
 /* Make room for size more bytes, writing meanwhile; -EAGAIN on timeout.
  * Even with no time to wait, the sockets get one non-blocking write. */
-static int tx_make_room(struct p3_chan *c, struct tx_band *tb, size_t size, int timeout_ms)
+static int tx_make_room(struct p3_chan *c, size_t size, int timeout_ms)
 {
 	uint64_t deadline = chan_deadline(timeout_ms);
 	int err;
 
-	/* An empty queue takes any message, or a huge one could never go. */
+	/* An empty queue takes any batch, or a huge one could never go. */
 	while (c->queued && c->queued + size > c->max_queued) {
 		err = tx_step(c, chan_wait_ms(deadline));
 		if (err)
 			return err;
-		if (tb->err)
-			return tb->err;
 		if (c->queued && c->queued + size > c->max_queued && !chan_wait_ms(deadline))
 			return -EAGAIN;
 	}
 	return 0;
 }
 
+/* One message to queue: its band, priority and slices. */
+struct tx_spec {
+	unsigned int		level;
+	uint32_t		prio;
+	const struct p3_send	*s;
+	size_t			n;
+	size_t			size;	/* on the wire, set by tx_check() */
+};
+
+/* Refuse a batch before any of it is queued: its total wire size, or an
+ * error (a band out of range or dead, an unusable slice). */
+static int tx_check(const struct p3_chan *c, struct tx_spec *spec, size_t nspec, size_t *total)
+{
+	size_t i;
+
+	*total = 0;
+	for (i = 0; i < nspec; i++) {
+		if (spec[i].level >= c->bands)
+			return -P3_ELEVEL;
+		if (c->tx[spec[i].level].err)
+			return c->tx[spec[i].level].err;
+		spec[i].size = msg_wire_size(c, spec[i].s, spec[i].n);
+		if (!spec[i].size || spec[i].size > SIZE_MAX / 2 - *total)
+			return -EINVAL;
+		*total += spec[i].size;
+	}
+	return 0;
+}
+
+static int heap_reserve(struct tx_band *tb, size_t more)
+{
+	struct tx_msg **h;
+	size_t cap = tb->cheap ? tb->cheap : 16;
+
+	while (cap - tb->nheap < more)
+		cap *= 2;
+	if (cap == tb->cheap)
+		return 0;
+	h = realloc(tb->heap, cap * sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	tb->heap = h;
+	tb->cheap = cap;
+	return 0;
+}
+
+/* Encode every message, then reserve each band's heap, so that once the
+ * first message is queued nothing can fail: all of the batch or none. */
+static int tx_build(struct p3_chan *c, const struct tx_spec *spec, size_t nspec,
+		    uint64_t iter, struct tx_msg **m)
+{
+	size_t need[P3_MAX_BANDS] = { 0 }, i;
+	unsigned int b;
+	int err = 0;
+
+	for (i = 0; i < nspec && !err; i++) {
+		m[i] = malloc(sizeof(*m[i]) + spec[i].size);
+		if (!m[i]) {
+			err = -ENOMEM;
+			break;
+		}
+		*m[i] = (struct tx_msg){ .iter = iter, .prio = spec[i].prio, .len = spec[i].size };
+		msg_encode(c, m[i], spec[i].level, spec[i].s, spec[i].n);
+		need[spec[i].level]++;
+	}
+	for (b = 0; b < c->bands && !err; b++)
+		if (need[b])
+			err = heap_reserve(&c->tx[b], need[b]);
+	if (err)
+		while (i--)
+			free(m[i]);
+	return err;
+}
+
+/* Queue a batch of messages atomically: -EAGAIN, -ENOMEM or a refusal
+ * leaves the queue as it was. */
+static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint64_t iter,
+		    int timeout_ms)
+{
+	uint64_t touched = 0;
+	struct tx_msg **m;
+	size_t total, i;
+	unsigned int b;
+	int err;
+
+	err = tx_check(c, spec, nspec, &total);
+	if (!err)
+		err = tx_make_room(c, total, timeout_ms);
+	/* A band can die while we wait for room. */
+	if (!err)
+		err = tx_check(c, spec, nspec, &total);
+	if (err)
+		return err;
+	m = calloc(nspec, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	err = tx_build(c, spec, nspec, iter, m);
+	for (i = 0; i < nspec && !err; i++) {
+		m[i]->seq = c->seq++;
+		heap_push(&c->tx[spec[i].level], m[i]);
+		c->queued += m[i]->len;
+		touched |= 1ull << spec[i].level;
+	}
+	free(m);
+	/* Start at once: an idle band should not wait for the next poll. */
+	for (b = 0; b < c->bands; b++)
+		if (touched & (1ull << b))
+			band_write(c, &c->tx[b]);
+	chan_kick(c);
+	for (b = 0; !err && b < c->bands; b++)
+		if (touched & (1ull << b))
+			err = c->tx[b].err;
+	return err;
+}
+
 P3_EXPORT int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t prio,
 			       uint64_t iter, const struct p3_send *s, size_t n, int timeout_ms)
 {
-	struct tx_band *tb;
-	struct tx_msg *m;
-	size_t size;
+	struct tx_spec spec = { .level = level, .prio = prio, .s = s, .n = n };
 	int err;
 
 	if (!c || c->role != P3_ROLE_TX || !s || !n)
 		return -EINVAL;
-	if (level >= c->bands)
-		return -P3_ELEVEL;
-	tb = &c->tx[level];
-	if (tb->err)
-		return tb->err;
-	size = msg_wire_size(c, s, n);
-	if (!size)
-		return -EINVAL;
-	err = tx_make_room(c, tb, size, timeout_ms);
+	err = chan_enter(c);
 	if (err)
 		return err;
-	m = malloc(sizeof(*m) + size);
-	if (!m)
-		return -ENOMEM;
-	*m = (struct tx_msg){ .iter = iter, .prio = prio, .seq = c->seq++, .len = size };
-	msg_encode(c, m, level, s, n);
-	err = heap_push(tb, m);
-	if (err) {
-		free(m);
-		return err;
-	}
-	c->queued += size;
-	/* Start at once: an idle band should not wait for the next poll. */
-	band_write(c, tb);
-	return tb->err;
+	err = tx_queue(c, &spec, 1, iter, timeout_ms);
+	chan_unlock(c);
+	return err;
 }
 
 P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
@@ -332,36 +427,64 @@ P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio,
 	return p3_chan_send_msg(c, level, prio, iter, &s, 1, timeout_ms);
 }
 
+/* A plan as messages: adjacent slices sharing a msg id are one message,
+ * at the most urgent priority among them.  Returns the message count, or
+ * -EINVAL for a slice without its buffer or a message across levels. */
+static ssize_t plan_specs(const struct p3_slice *s, size_t n, const void *const *bufs,
+			  struct p3_send *v, struct tx_spec *spec)
+{
+	size_t i, nspec = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!bufs[s[i].tensor])
+			return -EINVAL;
+		v[i] = (struct p3_send){ .tensor = s[i].tensor, .offset = s[i].offset,
+					 .data = (const uint8_t *)bufs[s[i].tensor] + s[i].offset,
+					 .length = s[i].length };
+		if (i && s[i].msg == s[i - 1].msg) {
+			if (s[i].level != spec[nspec - 1].level)
+				return -EINVAL;
+			spec[nspec - 1].n++;
+			if (s[i].prio < spec[nspec - 1].prio)
+				spec[nspec - 1].prio = s[i].prio;
+			continue;
+		}
+		spec[nspec++] = (struct tx_spec){ .level = s[i].level, .prio = s[i].prio,
+						  .s = &v[i], .n = 1 };
+	}
+	return (ssize_t)nspec;
+}
+
 P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
 				const void *const *bufs, uint64_t iter, int timeout_ms)
 {
-	struct p3_send v[64];
-	size_t i = 0, k;
-	uint32_t prio;
+	struct tx_spec *spec;
+	struct p3_send *v;
+	ssize_t nspec;
 	int err;
 
-	if (!c || (n && (!s || !bufs)))
+	if (!c || c->role != P3_ROLE_TX || (n && (!s || !bufs)))
 		return -EINVAL;
-	while (i < n) {
-		/* One message per msg id; very long merged runs go as several. */
-		prio = s[i].prio;
-		for (k = 0; i + k < n && k < ARRAY_SIZE(v) && s[i + k].msg == s[i].msg; k++) {
-			if (s[i + k].level != s[i].level || !bufs[s[i + k].tensor])
-				return -EINVAL;
-			v[k] = (struct p3_send){ .tensor = s[i + k].tensor,
-						 .offset = s[i + k].offset,
-						 .data = (const uint8_t *)bufs[s[i + k].tensor] +
-							 s[i + k].offset,
-						 .length = s[i + k].length };
-			if (s[i + k].prio < prio)
-				prio = s[i + k].prio;
+	if (!n)
+		return 0;
+	if (n > SIZE_MAX / sizeof(*spec))
+		return -EINVAL;
+	v = malloc(n * sizeof(*v));
+	spec = malloc(n * sizeof(*spec));
+	err = v && spec ? 0 : -ENOMEM;
+	nspec = err ? err : plan_specs(s, n, bufs, v, spec);
+	if (nspec < 0) {
+		err = (int)nspec;
+	} else {
+		err = chan_enter(c);
+		if (!err) {
+			err = tx_queue(c, spec, (size_t)nspec, iter, timeout_ms);
+			chan_unlock(c);
 		}
-		err = p3_chan_send_msg(c, s[i].level, prio, iter, v, k, timeout_ms);
-		if (err)
-			return err;
-		i += k;
 	}
-	return 0;
+	free(v);
+	free(spec);
+	return err;
 }
 
 /* ----------------------------------------------------------- connecting */
@@ -507,7 +630,16 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	}
 	c->max_queued = o.max_queued ? o.max_queued : SIZE_MAX;
 	/* The hellos go out now, so the listener can match them early. */
+	chan_lock(c);
 	tx_step(c, 0);
+	chan_unlock(c);
+	if (o.progress) {
+		err = chan_start_engine(c);
+		if (err) {
+			p3_chan_close(c);
+			return err;
+		}
+	}
 	*out = c;
 	return 0;
 }

@@ -33,6 +33,7 @@ static const char *const p3_errmsg[__P3_EMAX - P3_ERRBASE] = {
 	[P3_ETAGVERIFY - P3_ERRBASE] = "tag read back from the socket differs from the one set",
 	[P3_ENOTP3 - P3_ERRBASE] = "the qdisc at that place is not a p3 qdisc",
 	[P3_ENLPARSE - P3_ERRBASE] = "malformed netlink reply from the kernel",
+	[P3_ECLOSED - P3_ERRBASE] = "channel shut down while the call ran",
 };
 
 P3_EXPORT const char *p3_strerror(int err)

@@ -37,6 +37,7 @@ struct p3_listener {
 	int		fd;
 	uint32_t	max_payload;
 	int		timeout_ms;	/* for a hello, and for a whole channel */
+	int		progress;	/* channels get a progress thread */
 	struct pending	pend[MAX_PENDING];
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
@@ -96,6 +97,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	l->fd = fd;
 	l->max_payload = o.max_payload;
 	l->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 10000;
+	l->progress = o.progress;
 	*out = l;
 	return 0;
 }
@@ -201,6 +203,8 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 			close(g->fd[b]);
 	}
 	group_drop(l, (unsigned int)(g - l->grp), 0);
+	if (!err && l->progress)
+		err = chan_start_engine(c);
 	if (err) {
 		p3_chan_close(c);
 		return err;

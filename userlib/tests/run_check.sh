@@ -21,6 +21,7 @@ failed=0
 # Sanitizer failures exit with codes no test uses on its own.
 export ASAN_OPTIONS=exitcode=86:detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87
+export TSAN_OPTIONS=exitcode=88:halt_on_error=1:second_deadlock_stack=1
 
 run_suite() {	# name prefix binary...
 	local name=$1 prefix=$2 rc
@@ -42,6 +43,9 @@ done
 run_suite abi "abi: " "$HERE/test_abi.sh" "$O" "${VERSION:?}"
 for t in $TESTS; do
 	run_suite "$t" "asan: " "$OA/$t"
+done
+for t in ${TSAN_TESTS:-}; do
+	run_suite "$t" "tsan: " "$BUILD/userlib-tsan/$t"
 done
 
 run_fuzzer() {	# name seconds -> TAP line

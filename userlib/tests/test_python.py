@@ -3,6 +3,7 @@
 """Tests of the Python binding (unittest), reported as TAP lines."""
 
 import errno
+import selectors
 import socket
 import sys
 import threading
@@ -182,7 +183,10 @@ class ChannelTest(unittest.TestCase):
         # one band, receiver not yet reading: bulk queues up; urgent overtakes
         bulk = np.ones(1 << 18, dtype=np.uint8)
         with p3.Listener() as lst:
-            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=1)
+            # The caller drives progress here (tx.poll below), so that what
+            # the socket took before the urgent send is only its buffer.
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=1,
+                                    progress=False)
             for i in range(30):
                 tx.send(100 + i, bulk, level=0, prio=10, timeout=0)
             tx.send(1, np.zeros(1000, dtype=np.uint8), level=0, prio=0, timeout=0)
@@ -270,6 +274,92 @@ class ChannelTest(unittest.TestCase):
             tx.close()
             with self.assertRaises(ValueError):
                 tx.send(1, b'x', 0)
+
+
+def _pair(bands=2, **kw):
+    """A connected (sender, receiver) pair over loopback."""
+    with p3.Listener(progress=kw.pop('rx_progress', True)) as lst:
+        tx = p3.Channel.connect('127.0.0.1', lst.port, bands=bands, **kw)
+        return tx, lst.accept(timeout=10)
+
+
+def _in_thread(fn):
+    """Run fn in a thread; returns (thread, outcome) where outcome[0] is
+    what fn raised or returned."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(fn())
+        except BaseException as e:      # judged by the test
+            outcome.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, outcome
+
+
+class ThreadTest(unittest.TestCase):
+    def test_close_ends_a_wait_in_another_thread(self):
+        tx, rx = _pair()
+        rx.expect(5, np.zeros(1000, np.uint8))      # never sent
+        t, outcome = _in_thread(lambda: rx.wait())
+        time.sleep(0.2)
+        rx.close()
+        t.join(10)
+        self.assertFalse(t.is_alive(), 'wait() still blocked after close()')
+        self.assertIsInstance(outcome[0], p3.ClosedError)
+        self.assertIsInstance(outcome[0], ValueError)
+        with self.assertRaises(p3.ClosedError):
+            rx.poll(0)
+        tx.close()
+
+    def test_close_ends_a_send_waiting_for_room(self):
+        tx, rx = _pair(max_queued=1 << 20)
+        bulk = np.ones(1 << 20, np.uint8)
+
+        def fill():                 # nobody reads: the queue fills up
+            for i in range(64):
+                tx.send(i, bulk, level=0, timeout=None)
+        t, outcome = _in_thread(fill)
+        time.sleep(0.3)
+        tx.close()
+        t.join(10)
+        self.assertFalse(t.is_alive(), 'send() still blocked after close()')
+        self.assertIsInstance(outcome[0], p3.ClosedError)
+        rx.close()
+
+    def test_progress_while_the_sender_computes(self):
+        n, size = 4, 4 << 20
+        tx, rx = _pair(bands=1)
+        dst = [np.zeros(size, np.uint8) for _ in range(n)]
+        for i, d in enumerate(dst):
+            rx.expect(i, d)
+        for i in range(n):
+            tx.send(i, np.full(size, i + 1, np.uint8), level=0, timeout=0)
+        # The sender now computes (makes no call); the receiver's event
+        # loop waits on fileno() alone.
+        sel = selectors.DefaultSelector()
+        sel.register(rx.fileno(), selectors.EVENT_READ)
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            if sel.select(timeout=1):
+                got += rx.poll(0)
+        sel.close()
+        self.assertEqual(sorted(c.tensor for c in got), list(range(n)))
+        for i, d in enumerate(dst):
+            self.assertTrue((d == i + 1).all(), 'tensor %d corrupted' % i)
+        self.assertEqual(tx.queued, 0)
+        tx.close()
+        rx.close()
+
+    def test_fileno_needs_progress(self):
+        tx, rx = _pair(progress=False, rx_progress=False)
+        with self.assertRaises(p3.Error) as cm:
+            rx.fileno()
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        tx.close()
+        rx.close()
 
 
 class ErrorKindTest(unittest.TestCase):

@@ -13,10 +13,12 @@ import ctypes
 import ctypes.util
 import errno as _errno
 import os
+import threading
 import time
 
 __all__ = [
-    'Error', 'TimeoutError', 'ConnectionError', 'PermissionError', 'Tensor', 'Slice', 'Completion', 'Channel', 'Listener',
+    'Error', 'TimeoutError', 'ConnectionError', 'PermissionError',
+    'ClosedError', 'Tensor', 'Slice', 'Completion', 'Channel', 'Listener',
     'tag', 'tag_get', 'tag_config', 'plan', 'suggest_slice', 'now_ns',
     'qdisc_add', 'qdisc_change', 'qdisc_replace', 'qdisc_del', 'qdisc_stats',
     'DEFAULT_SLICE', 'MAX_BANDS',
@@ -82,7 +84,7 @@ class _ChanOpts(ctypes.Structure):
     _fields_ = [('bands', _uint), ('tag_method', _int),
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
-                ('timeout_ms', _int)]
+                ('timeout_ms', _int), ('progress', _int)]
 
 
 class _Completion(ctypes.Structure):
@@ -157,6 +159,8 @@ _band_status = _proto('p3_chan_band_status', _int, _vp, _uint)
 _bands = _proto('p3_chan_bands', _uint, _vp)
 _chan_id = _proto('p3_chan_id', _u64, _vp)
 _close = _proto('p3_chan_close', None, _vp)
+_shutdown = _proto('p3_chan_shutdown', None, _vp)
+_chan_fd = _proto('p3_chan_fd', _int, _vp)
 _qdisc_mod = {n: _proto('p3_qdisc_' + n, _int, _cp, _u32, _u32,
                         _P(_QdiscOpts))
               for n in ('add', 'change', 'replace')}
@@ -190,6 +194,12 @@ class ConnectionError(Error, builtins.ConnectionError):
     tensors incomplete (P3_EINCOMPLETE)."""
 
 
+class ClosedError(Error, ValueError):
+    """The channel was closed, by this thread before the call or by
+    another one during it (P3_ECLOSED); also a ValueError, as for a closed
+    file."""
+
+
 class PermissionError(Error, builtins.PermissionError):
     """Not allowed: EPERM, EACCES, or a tag that needs CAP_NET_ADMIN."""
 
@@ -216,7 +226,7 @@ _CODES = {_n: ERRBASE + _i for _i, _n in enumerate((
     'EBADMAGIC', 'EVERSION', 'EBADFRAME', 'ETOOBIG', 'ELEVEL', 'ERANGE',
     'ECSUM', 'ETRUNC', 'EDUP', 'ESTALE', 'EHELLO', 'EINCOMPLETE',
     'ENEEDCAP_PRIO', 'ENEEDCAP_MARK', 'EDSCPRANGE', 'ETAGVERIFY', 'ENOTP3',
-    'ENLPARSE'))}
+    'ENLPARSE', 'ECLOSED'))}
 globals().update(_CODES)
 __all__ += list(_CODES)
 
@@ -228,6 +238,7 @@ _ERROR_KINDS = (
                        _CODES['EINCOMPLETE']}),
     (PermissionError, {_errno.EPERM, _errno.EACCES, _CODES['ENEEDCAP_PRIO'],
                        _CODES['ENEEDCAP_MARK']}),
+    (ClosedError, {_CODES['ECLOSED']}),
 )
 
 
@@ -343,7 +354,7 @@ class _Buf:
 
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
-          max_payload=16 << 20, timeout=10.0):
+          max_payload=16 << 20, timeout=10.0, progress=True):
     o = _ChanOpts()
     _opts_init(ctypes.byref(o))
     o.bands = int(bands)
@@ -352,31 +363,54 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
     o.max_queued = int(max_queued)
     o.max_payload = int(max_payload)
     o.timeout_ms = _ms(timeout) if timeout is not None else 10000
+    o.progress = 1 if progress else 0
     return o
 
 
 # ---------------------------------------------------------------- channel
 
 class Channel:
-    """One end of a multi-band channel (Channel.connect or Listener.accept)."""
+    """One end of a multi-band channel (Channel.connect or Listener.accept).
+
+    Every method may be called from any thread.  close() from one thread
+    ends the calls blocked in others: they raise ClosedError.  With
+    progress=True (the default) a thread inside libp3 moves the data, so a
+    sender may queue and go back to computing; fileno() then serves
+    selectors and event loops.
+    """
 
     def __init__(self, handle):
-        self._h = _vp(handle)
+        self._h = handle
         self._bufs = {}
+        self._mu = threading.Condition()
+        self._users = 0
 
     @classmethod
     def connect(cls, host, port, bands=8, method=None, chan_id=0,
-                max_queued=64 << 20, max_payload=16 << 20, timeout=10.0):
-        o = _opts(bands, method, chan_id, max_queued, max_payload, timeout)
+                max_queued=64 << 20, max_payload=16 << 20, timeout=10.0,
+                progress=True):
+        o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
+                  progress)
         h = _vp()
         _check(_connect(str(host).encode(), str(port).encode(),
                         ctypes.byref(o), ctypes.byref(h)), 'connect')
         return cls(h.value)
 
-    def _handle(self):
-        if not self._h:
-            raise ValueError('p3: channel is closed')
-        return self._h
+    def _call(self, fn, *args):
+        """fn(handle, *args), the handle held open for the call's length:
+        close() waits for it instead of freeing it under the call."""
+        with self._mu:
+            if not self._h:
+                raise ClosedError(_CODES['ECLOSED'], 'channel is closed')
+            self._users += 1
+            h = self._h
+        try:
+            return fn(h, *args)
+        finally:
+            with self._mu:
+                self._users -= 1
+                if not self._users:
+                    self._mu.notify_all()
 
     # sender
     def send(self, tensor, data, level, iteration=0, offset=0, prio=0,
@@ -385,12 +419,13 @@ class Channel:
         b = _Buf(data)
         if not b.nbytes:
             raise ValueError('p3: cannot send an empty buffer')
-        _check(_send(self._handle(), int(level), int(prio), int(iteration),
-                     int(tensor), int(offset), b.ptr, b.nbytes, _ms(timeout)),
-               'send')
+        _check(self._call(_send, int(level), int(prio), int(iteration),
+                          int(tensor), int(offset), b.ptr, b.nbytes,
+                          _ms(timeout)), 'send')
 
     def send_plan(self, slices, arrays, iteration=0, timeout=None):
-        """Queue a plan; arrays[t] is tensor t; merged slices go together."""
+        """Queue a plan, all of it or (on an error) none of it; arrays[t]
+        is tensor t; merged slices go together."""
         slices = list(slices)
         if not slices:
             return
@@ -407,15 +442,15 @@ class Channel:
         ptrs = (_vp * (max(bufs) + 1))()
         for t, b in bufs.items():
             ptrs[t] = b.ptr
-        _check(_send_plan(self._handle(), cs, len(slices), ptrs,
-                          int(iteration), _ms(timeout)), 'send_plan')
+        _check(self._call(_send_plan, cs, len(slices), ptrs, int(iteration),
+                          _ms(timeout)), 'send_plan')
 
     @property
     def queued(self):
-        return _queued(self._handle())
+        return self._call(_queued)
 
     def flush(self, timeout=None):
-        _check(_flush(self._handle(), _ms(timeout)), 'flush')
+        _check(self._call(_flush, _ms(timeout)), 'flush')
 
     # receiver
     def expect(self, tensor, array, iteration=0):
@@ -423,28 +458,42 @@ class Channel:
         b = _Buf(array, writable=True)
         if not b.nbytes:
             raise ValueError('p3: cannot receive into an empty buffer')
-        _check(_expect(self._handle(), int(tensor), b.ptr, b.nbytes,
-                       int(iteration)), 'expect')
-        # Held until its completion is popped: the library writes into it.
         key = (int(tensor), int(iteration))
-        self._bufs.setdefault(key, collections.deque()).append(b)
+        # Held until its completion is popped: the library writes into it.
+        # Filed first, so that a completion racing in from the progress
+        # thread always finds it.
+        with self._mu:
+            self._bufs.setdefault(key, collections.deque()).append(b)
+        try:
+            _check(self._call(_expect, key[0], b.ptr, b.nbytes, key[1]),
+                   'expect')
+        except BaseException:
+            self._release(*key, newest=True)
+            raise
 
-    def _release(self, tensor, iteration):
-        q = self._bufs.get((tensor, iteration))
-        if q:
-            q.popleft()
-            if not q:
-                del self._bufs[(tensor, iteration)]
+    def _release(self, tensor, iteration, newest=False):
+        with self._mu:
+            q = self._bufs.get((tensor, iteration))
+            if q:
+                q.pop() if newest else q.popleft()
+                if not q:
+                    del self._bufs[(tensor, iteration)]
 
-    def poll(self, timeout=0.0):
-        """Move data; returns the completions that are ready."""
-        _check(_poll(self._handle(), _ms(timeout)), 'poll')
+    def _take(self, h):
         done = []
         c = _Completion()
-        while _next(self._h, ctypes.byref(c)) == 1:
-            self._release(c.tensor, c.iter)
+        while _next(h, ctypes.byref(c)) == 1:
             done.append(Completion(c.tensor, c.iter, c.bytes, c.t_first_ns,
                                    c.t_done_ns))
+        return done
+
+    def poll(self, timeout=0.0):
+        """Move data (or, with progress, wait for it) up to timeout
+        seconds; returns the completions that are ready."""
+        _check(self._call(_poll, _ms(timeout)), 'poll')
+        done = self._call(self._take)
+        for d in done:
+            self._release(d.tensor, d.iteration)
         return done
 
     def wait(self, timeout=None):
@@ -459,28 +508,39 @@ class Channel:
             done += self.poll(0.5 if left is None else min(left, 0.5))
         return done
 
+    def fileno(self):
+        """A descriptor readable while poll() has something to return
+        (progress channels only): for select, selectors and asyncio."""
+        return _check(self._call(_chan_fd), 'fileno')
+
     @property
     def pending(self):
-        return _pending(self._handle())
+        return self._call(_pending)
 
     def band_status(self, band):
-        return _band_status(self._handle(), int(band))
+        return self._call(_band_status, int(band))
 
     @property
     def bands(self):
-        return _bands(self._handle())
+        return self._call(_bands)
 
     @property
     def chan_id(self):
-        return _chan_id(self._handle())
+        return self._call(_chan_id)
 
     def close(self):
         """Close every connection; data still queued is dropped (flush
-        first on a sender)."""
-        if self._h:
-            _close(self._h)
-            self._h = None
-        self._bufs.clear()
+        first on a sender).  Calls blocked in other threads raise
+        ClosedError; close waits for them to leave."""
+        with self._mu:
+            h, self._h = self._h, None
+            if not h:
+                return
+            _shutdown(h)
+            while self._users:
+                self._mu.wait()
+            self._bufs.clear()
+        _close(h)
 
     def __enter__(self):
         return self
@@ -499,8 +559,8 @@ class Listener:
     """Accepts channels: every band of a sender connects and says hello."""
 
     def __init__(self, host='127.0.0.1', port=0, max_payload=16 << 20,
-                 timeout=10.0):
-        o = _opts(max_payload=max_payload, timeout=timeout)
+                 timeout=10.0, progress=True):
+        o = _opts(max_payload=max_payload, timeout=timeout, progress=progress)
         h = _vp()
         _check(_listen(None if host is None else str(host).encode(),
                        str(port).encode(), ctypes.byref(o), ctypes.byref(h)),
