@@ -15,7 +15,7 @@ packages=(
 	iproute2 iperf3 ethtool
 	libnl-3-dev libnl-route-3-dev
 	clang
-	python3 python3-numpy python3-matplotlib
+	python3 python3-numpy python3-matplotlib python3-torch python3-sklearn
 	groff-base man-db
 	"$@"
 )

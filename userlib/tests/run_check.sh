@@ -85,14 +85,18 @@ if [ -n "$FUZZERS" ]; then
 	done
 fi
 
-if [ -f "$HERE/test_python.py" ]; then
-	echo "# suite: python"
-	P3_LIB=$O/libp3.so PYTHONPATH=$HERE/../python "$PYTHON" "$HERE/test_python.py"
+run_python() {	# name script
+	echo "# suite: $1"
+	P3_LIB=$O/libp3.so PYTHONPATH=$HERE/../python "$PYTHON" "$2"
 	rc=$?
 	if [ $rc -gt 1 ]; then
-		echo "not ok 1 - python suite exited with status $rc"
+		echo "not ok 1 - $1 suite exited with status $rc"
 	fi
 	[ $rc -ne 0 ] && failed=1
-fi
+}
+
+run_python python "$HERE/test_python.py"
+# p3.torch: two ranks as processes over loopback (exactness, failure).
+run_python torch "$HERE/test_torch.py"
 
 exit $failed

@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""p3.torch: data-parallel PyTorch training with P3's gradient exchange.
+
+    import p3.torch as p3t
+    p3t.init()                      # RANK, WORLD_SIZE, MASTER_ADDR/PORT
+    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = p3t.DistributedOptimizer(torch.optim.SGD(...), model)
+    for x, y in loader:
+        opt.zero_grad(); loss(model(x), y).backward(); opt.step()
+    opt.synchronize()
+
+Every rank owns (sums) a share of the gradient slices, as co-located
+BytePS servers do.  With schedule='p3', backward hooks push each slice the
+moment its gradient exists, on libp3 bands by forward order (tagged for
+the sch_p3 qdisc), each layer is updated as soon as its average is in, and
+the next forward waits only for the layer it is about to run.  With
+'fifo', whole tensors go in backward order on one band and step() waits
+for all of them (WFBP, as DDP and Horovod do).  See docs/torch.md.
+"""
+import datetime
+import os
+import socket
+import time
+import warnings
+import weakref
+
+import torch
+import torch.distributed as dist
+
+import p3
+from ._exchange import Exchange, PeerError, StepTimeout
+from ._layout import Layout
+from ._mesh import Mesh, local_address
+
+__all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
+           'DistributedOptimizer', 'PeerError', 'StepTimeout',
+           'NotInitializedError']
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class NotInitializedError(RuntimeError):
+    """p3.torch.init() has not run (or shutdown() has)."""
+
+
+_state = {}
+
+
+def init(timeout=DEFAULT_TIMEOUT, host=None):
+    """Join the job: rendezvous through torch.distributed's store at
+    MASTER_ADDR:MASTER_PORT (as torchrun sets them, or by hand with RANK
+    and WORLD_SIZE).  timeout bounds every wait for a peer, in seconds.
+    host: the address peers reach this rank at (default: the one this host
+    reaches MASTER_ADDR from)."""
+    if _state:
+        return
+    td = datetime.timedelta(seconds=timeout)
+    store, r, n = next(dist.rendezvous('env://', timeout=td))
+    if not dist.is_initialized():
+        # Gloo carries the one-off broadcasts; gradients go over libp3.
+        dist.init_process_group('gloo', store=dist.PrefixStore('p3t/gloo', store),
+                                rank=r, world_size=n, timeout=td)
+    _state.update(store=store, rank=r, size=n, timeout=timeout, meshes=0,
+                  host=host or local_address(os.environ['MASTER_ADDR']),
+                  optimizers=weakref.WeakSet())
+
+
+def _need():
+    if not _state:
+        raise NotInitializedError('p3.torch: call p3.torch.init() first')
+    return _state
+
+
+def rank():
+    return _need()['rank']
+
+
+def size():
+    return _need()['size']
+
+
+def shutdown():
+    """Close every optimizer's channels and leave the process group."""
+    for opt in list(_state.get('optimizers', ())):
+        opt.close()
+    if _state and dist.is_initialized():
+        dist.destroy_process_group()
+    _state.clear()
+
+
+def broadcast_parameters(state, root_rank=0):
+    """Copy root_rank's tensors (a state_dict, or (name, tensor) pairs)
+    to every rank, in place."""
+    _need()
+    items = state.items() if hasattr(state, 'items') else state
+    for _, t in sorted(items, key=lambda kv: kv[0]):
+        if torch.is_tensor(t):
+            dist.broadcast(t.data, root_rank)
+
+
+_warned = []
+
+
+def _warn_if_no_qdisc():
+    """Say once when no interface has a p3 qdisc: order then comes from
+    libp3's in-band heap alone, and less urgent bulk shares the NIC."""
+    if _warned:
+        return
+    _warned.append(True)
+    for _, name in socket.if_nameindex():
+        try:
+            p3.qdisc_stats(name)
+            return
+        except p3.Error:
+            continue
+    warnings.warn('p3.torch: no network interface has the p3 qdisc; '
+                  'the kernel is not enforcing P3 order (tc qdisc add dev '
+                  'DEV root p3)', RuntimeWarning, stacklevel=3)
+
+
+class DistributedOptimizer:
+    """Wrap any torch.optim optimizer whose update is per parameter (SGD,
+    Adam, AdamW, RMSprop, ...; not LBFGS).  Every parameter that requires
+    a gradient must get one in every step, as with DDP."""
+
+    def __init__(self, optimizer, model, schedule='p3', bands=8,
+                 slice_bytes=None, timeout=None, max_queued=None):
+        st = _need()
+        self._opt = optimizer
+        self._schedule = schedule
+        self._timeout = st['timeout'] if timeout is None else timeout
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        names = {p: n for n, p in model.named_parameters()}
+        self._names = [names[p] for p in self._params]
+        index = {p: i for i, p in enumerate(self._params)}
+        for g in optimizer.param_groups:
+            for p in g['params']:
+                if p.requires_grad and p not in index:
+                    raise ValueError('p3.torch: the optimizer holds a parameter '
+                                     'that is not in the model')
+        sizes = [p.numel() * p.element_size() for p in self._params]
+        self._layout = Layout(sizes, st['size'], schedule,
+                              bands if schedule == 'p3' else 1, slice_bytes)
+        st['meshes'] += 1
+        model_bytes = sum(sizes)
+        self._mesh = Mesh(st['store'], 'p3t/mesh%d' % st['meshes'], st['rank'],
+                          st['size'], st['host'],
+                          bands if schedule == 'p3' else 1, self._timeout,
+                          max_queued or 2 * model_bytes + (64 << 20))
+        self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
+                            self._params, self._timeout)
+        self._step = 0
+        self._unapplied = set()     # averaged for the last step, not applied
+        self._hooks = []
+        for i, p in enumerate(self._params):
+            # Horovod's trick: the AccumulateGrad node's hook runs once p.grad
+            # holds this backward's gradient (torch 1.13 has no
+            # post-accumulate hook on the tensor).
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append((acc, acc.register_hook(self._make_hook(i))))
+        if schedule == 'p3':
+            for m in model.modules():
+                own = [index[p] for p in m.parameters(recurse=False) if p in index]
+                if own:
+                    self._hooks.append(
+                        (m, m.register_forward_pre_hook(self._make_pre_hook(own))))
+        st['optimizers'].add(self)
+        _warn_if_no_qdisc()
+
+    def _make_hook(self, i):
+        def hook(*_):
+            self._ex.gradient(i, self._params[i].grad, self._step)
+        return hook
+
+    def _make_pre_hook(self, own):
+        def pre_hook(module, inputs):
+            pending = [i for i in own if i in self._unapplied]
+            if pending:
+                self._apply(pending, wait=True)
+        return pre_hook
+
+    def _deadline(self):
+        return time.monotonic() + self._timeout
+
+    def _apply(self, indices, wait):
+        """Update parameters indices with their averaged gradients, through
+        the wrapped optimizer (parameters without a gradient are skipped
+        by every torch.optim update, so the others are untouched)."""
+        if wait:
+            self._ex.wait(indices, self._deadline())
+        chosen = set(indices)
+        saved = [p.grad for p in self._params]
+        for i, p in enumerate(self._params):
+            p.grad = self._ex.avg[i].view_as(p) if i in chosen else None
+        with torch.no_grad():
+            self._opt.step()
+        for i, p in enumerate(self._params):
+            p.grad = None if i in chosen else saved[i]
+        self._unapplied -= chosen
+        self._ex.recycle(indices, self._step - 1)
+
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError('p3.torch: step(closure) is not supported')
+        missing = self._ex.end_step()
+        if missing:
+            raise RuntimeError('p3.torch: no gradient for %s in this step (every '
+                               'parameter needs one)'
+                               % ', '.join(self._names[i] for i in missing[:5]))
+        self._step += 1
+        self._unapplied = set(range(len(self._params)))
+        if self._schedule == 'fifo':
+            self._apply(sorted(self._unapplied), wait=True)
+        else:
+            ready = [i for i in self._ex.done_now() if i in self._unapplied]
+            if ready:
+                self._apply(ready, wait=False)
+
+    def synchronize(self):
+        """Wait until every parameter holds the last step's update."""
+        if self._unapplied:
+            self._apply(sorted(self._unapplied), wait=True)
+
+    def zero_grad(self, set_to_none=True):
+        self._opt.zero_grad(set_to_none=set_to_none)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    def state_dict(self):
+        return self._opt.state_dict()
+
+    def load_state_dict(self, sd):
+        self._opt.load_state_dict(sd)
+
+    def close(self):
+        """Send what is queued, then close the channels (shutdown() does
+        this for every optimizer)."""
+        if self._mesh is None:
+            return
+        for _, h in self._hooks:
+            h.remove()
+        try:
+            for ch in self._mesh.tx.values():
+                ch.flush(timeout=self._timeout)
+        except p3.Error:
+            pass                # a peer gone already: nothing to deliver to
+        self._ex.close()
+        self._mesh.close()
+        self._mesh = None

@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""One step's gradient exchange: push every slice to its owner, sum it there
+in rank order, pull the average back.
+
+The main thread hands in gradients (backward hooks) and takes finished
+tensors; a reducer thread, woken by the channels' descriptors, files what
+arrives, sums what is complete and sends the results.  Buffers are
+registered one step ahead only when the step that used them is over, so
+a peer can never overwrite data still being read (libp3 holds a frame for
+an unregistered tensor until it is registered).
+"""
+import os
+import selectors
+import threading
+import time
+
+import numpy as np
+import torch
+
+import p3
+
+
+class PeerError(ConnectionError):
+    """A peer left, broke its connection or sent something wrong."""
+
+
+class StepTimeout(TimeoutError):
+    """A step's gradients did not arrive within the timeout."""
+
+
+_NP = {torch.float32: np.float32, torch.float64: np.float64,
+       torch.float16: np.float16}
+
+
+class Exchange:
+    def __init__(self, mesh, layout, rank, world, params, timeout):
+        self.mesh, self.lay = mesh, layout
+        self.rank, self.world, self.timeout = rank, world, timeout
+        self.peers = sorted(mesh.tx)
+        for p in params:
+            if p.dtype not in _NP:
+                raise TypeError('p3.torch: %s parameters are not supported'
+                                % p.dtype)
+        # Flat local gradients and averages, one per parameter.
+        self.grad = [torch.empty(p.numel(), dtype=p.dtype) for p in params]
+        self.avg = [torch.empty(p.numel(), dtype=p.dtype) for p in params]
+        self._gbytes = [g.numpy().view(np.uint8) for g in self.grad]
+        self._abytes = [a.numpy().view(np.uint8) for a in self.avg]
+        self.owned = set(layout.owned(rank))
+        self.recv = {}
+        for m in self.owned:
+            for s in layout.msgs[m]:
+                for q in self.peers:
+                    self.recv[(q, s)] = np.empty(layout.slices[s].length,
+                                                 np.uint8)
+        self.cv = threading.Condition()
+        self.error = None
+        self._local = []            # owned messages whose local part is in
+        self._reset_counts()
+        self.seen = [False] * len(params)   # gradient in, this step
+        for m in layout.msgs:
+            self._expect_pushes(m, 0)
+        for i in range(len(params)):
+            self._expect_pulls(i, 0)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._closing = False
+        self._thread = threading.Thread(target=self._reducer, daemon=True,
+                                        name='p3.torch reducer')
+        self._thread.start()
+
+    # ------------------------------------------------------------ counts
+
+    def _reset_counts(self):
+        lay = self.lay
+        self.local_left = {m: len(t) for m, t in lay.msg_tensors.items()}
+        self.push_left = {m: len(lay.msgs[m]) * len(self.peers)
+                          for m in self.owned}
+        self.tensor_left = [len(sl) for sl in lay.tensor_slices]
+
+    def _slice_view(self, buf, s):
+        sl = self.lay.slices[s]
+        return buf[sl.offset:sl.offset + sl.length]
+
+    def _expect_pushes(self, m, it):
+        if m not in self.owned:
+            return
+        for s in self.lay.msgs[m]:
+            for q in self.peers:
+                self.mesh.rx[q].expect(s, self.recv[(q, s)], it)
+
+    def _expect_pulls(self, i, it):
+        for s in self.lay.tensor_slices[i]:
+            owner = self.lay.owner[self.lay.slices[s].msg]
+            if owner != self.rank:
+                self.mesh.rx[owner].expect(
+                    self.lay.ns + s, self._slice_view(self._abytes[i], s), it)
+
+    def _send(self, q, m, it, pull):
+        """Message m to rank q: local gradients (push) or averages (pull)."""
+        lay, slices, arrays = self.lay, [], {}
+        for s in lay.msgs[m]:
+            sl = lay.slices[s]
+            wire = lay.ns + s if pull else s
+            src = (self._abytes if pull else self._gbytes)[sl.tensor]
+            slices.append(p3.Slice(wire, 0, sl.length, sl.level, m, sl.prio))
+            arrays[wire] = self._slice_view(src, s)
+        self.mesh.tx[q].send_plan(slices, arrays, iteration=it,
+                                  timeout=self.timeout)
+
+    # --------------------------------------------------- the main thread
+
+    def gradient(self, i, grad, it):
+        """Backward produced parameter i's gradient for step it."""
+        self.grad[i].copy_(grad.reshape(-1))
+        pushes, local = [], False
+        with self.cv:
+            self._raise()
+            self.seen[i] = True
+            for m in self.lay.tensor_msgs[i]:
+                self.local_left[m] -= 1
+                if self.local_left[m]:
+                    continue
+                if self.lay.owner[m] == self.rank:
+                    # The reducer resets the count when it has summed.
+                    self._local.append((m, it))
+                    local = True
+                else:
+                    self.local_left[m] = len(self.lay.msg_tensors[m])
+                    pushes.append(m)
+        if local:
+            os.write(self._wake_w, b'x')
+        for m in pushes:
+            try:
+                self._send(self.lay.owner[m], m, it, pull=False)
+            except p3.Error as e:
+                raise PeerError('p3.torch: rank %d cannot push to rank %d: %s'
+                                % (self.rank, self.lay.owner[m], e)) from e
+
+    def end_step(self):
+        """Backward is over: the parameters it produced no gradient for
+        (their slices could never be complete)."""
+        with self.cv:
+            missing = [i for i, seen in enumerate(self.seen) if not seen]
+            self.seen = [False] * len(self.seen)
+            return missing
+
+    def wait(self, indices, deadline):
+        """Block until tensors indices are averaged; raise on a peer's
+        failure or at the deadline (time.monotonic())."""
+        with self.cv:
+            while True:
+                # Data that arrived counts even if its sender left since.
+                if all(self.tensor_left[i] == 0 for i in indices):
+                    return
+                self._raise()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StepTimeout(
+                        'p3.torch: rank %d waited %.0f s for %d gradients'
+                        % (self.rank, self.timeout,
+                           sum(1 for i in indices if self.tensor_left[i])))
+                self.cv.wait(left)
+
+    def done_now(self):
+        with self.cv:
+            self._raise()
+            return [i for i, n in enumerate(self.tensor_left) if n == 0]
+
+    def recycle(self, indices, it):
+        """Tensors indices were applied for step it: take step it + 1's."""
+        with self.cv:
+            for i in indices:
+                self.tensor_left[i] = len(self.lay.tensor_slices[i])
+        for i in indices:
+            self._expect_pulls(i, it + 1)
+
+    def _raise(self):
+        if self.error is not None:
+            raise self.error
+
+    # ------------------------------------------------- the reducer thread
+
+    def _reducer(self):
+        sel = selectors.DefaultSelector()
+        try:
+            for q, ch in self.mesh.rx.items():
+                sel.register(ch.fileno(), selectors.EVENT_READ, q)
+            sel.register(self._wake_r, selectors.EVENT_READ, None)
+            while not self._closing:
+                for key, _ in sel.select():
+                    if key.data is None:
+                        os.read(self._wake_r, 4096)
+                    else:
+                        self._drain(key.data)
+                with self.cv:
+                    local, self._local = self._local, []
+                for m, it in local:
+                    self._reduce_if_complete(m, it)
+        except p3.ClosedError:
+            pass                    # close() ended us
+        except Exception as e:      # handed to the main thread
+            with self.cv:
+                if self.error is None:
+                    self.error = PeerError(
+                        'p3.torch: rank %d lost its exchange with %s'
+                        % (self.rank, e))
+                self.cv.notify_all()
+        finally:
+            sel.close()
+
+    def _drain(self, q):
+        try:
+            done = self.mesh.rx[q].poll(0)
+        except p3.ClosedError:
+            raise
+        except p3.Error as e:
+            raise PeerError('rank %d: %s' % (q, e)) from e
+        for c in done:
+            self._arrived(q, c)
+
+    def _arrived(self, q, c):
+        if c.tensor < self.lay.ns:
+            m = self.lay.slices[c.tensor].msg
+            with self.cv:
+                self.push_left[m] -= 1
+            self._reduce_if_complete(m, c.iteration)
+        else:
+            self._slices_done([c.tensor - self.lay.ns])
+
+    def _reduce_if_complete(self, m, it):
+        with self.cv:
+            if self.push_left[m] or self.local_left[m]:
+                return
+            self.push_left[m] = len(self.lay.msgs[m]) * len(self.peers)
+            self.local_left[m] = len(self.lay.msg_tensors[m])
+        for s in self.lay.msgs[m]:
+            self._sum(s)
+        self._expect_pushes(m, it + 1)
+        for q in self.peers:
+            self._send(q, m, it, pull=True)
+        self._slices_done(self.lay.msgs[m])
+
+    def _sum(self, s):
+        """The average of slice s over the ranks, summed in rank order so
+        that arrival order never changes a bit."""
+        t = self.lay.slices[s].tensor
+        dt = _NP[self.grad[t].dtype]
+        out = self._slice_view(self._abytes[t], s).view(dt)
+        for r in range(self.world):
+            part = (self._slice_view(self._gbytes[t], s) if r == self.rank
+                    else self.recv[(r, s)]).view(dt)
+            if r == 0:
+                np.copyto(out, part)
+            else:
+                np.add(out, part, out=out)
+        np.divide(out, dt(self.world), out=out)
+
+    def _slices_done(self, slices):
+        with self.cv:
+            for s in slices:
+                self.tensor_left[self.lay.slices[s].tensor] -= 1
+            self.cv.notify_all()
+
+    def close(self):
+        self._closing = True
+        os.write(self._wake_w, b'x')
+        self._thread.join(self.timeout)
+        os.close(self._wake_r)
+        os.close(self._wake_w)

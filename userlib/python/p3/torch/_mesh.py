@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""libp3 channels between every pair of ranks: this rank sends to rank q on
+tx[q] and receives from it on rx[q].  Addresses are exchanged through the
+torch.distributed store; every channel has a progress thread."""
+import random
+import socket
+
+import p3
+
+# A channel id is (mesh nonce << 16) | (sender rank + 1): the listener can
+# tell a peer of this mesh from a stray or stale connection.
+RANK_BITS = 16
+
+
+def local_address(master_addr):
+    """The address this host reaches master_addr from: connecting a UDP
+    socket picks the route's source and sends nothing."""
+    info = socket.getaddrinfo(master_addr, 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(info[0], socket.SOCK_DGRAM) as s:
+        s.connect(info[4])
+        return s.getsockname()[0]
+
+
+class Mesh:
+    def __init__(self, store, key, rank, world, host, bands, timeout,
+                 max_queued):
+        self.rank = rank
+        self.tx, self.rx = {}, {}
+        self._lst = p3.Listener(host=host, port=0, timeout=timeout)
+        try:
+            if rank == 0:
+                store.set(key + '/nonce', str(random.getrandbits(40)))
+            nonce = int(store.get(key + '/nonce'))
+            store.set('%s/addr/%d' % (key, rank),
+                      '%s %d' % (host, self._lst.port))
+            for q in range(world):
+                if q == rank:
+                    continue
+                addr, port = store.get('%s/addr/%d' % (key, q)).decode().split()
+                self.tx[q] = p3.Channel.connect(
+                    addr, port, bands=bands, timeout=timeout,
+                    max_queued=max_queued,
+                    chan_id=(nonce << RANK_BITS) | (rank + 1))
+            while len(self.rx) < world - 1:
+                ch = self._lst.accept(timeout=timeout)
+                q = (ch.chan_id & ((1 << RANK_BITS) - 1)) - 1
+                if ch.chan_id >> RANK_BITS != nonce or q in self.rx \
+                        or not 0 <= q < world or q == rank:
+                    ch.close()          # not one of this mesh's peers
+                    continue
+                self.rx[q] = ch
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for ch in list(self.tx.values()) + list(self.rx.values()):
+            ch.close()
+        self.tx, self.rx = {}, {}
+        self._lst.close()
