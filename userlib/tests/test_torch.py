@@ -6,10 +6,14 @@
   rank, within 1e-5 (relative) of one process training on the union of
   the ranks' batches;
 - failure: a rank that dies mid-step makes the other raise PeerError
-  within its timeout, its parameters those of the last whole step.
+  within its timeout, its parameters those of the last whole step;
+- a silent rank (stopped, its connections open) makes the other raise
+  StepTimeout after the timeout;
+- accuracy: examples/torch_digits.py trains to over 90% test accuracy.
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -53,7 +57,7 @@ def flat(model):
 
 # ------------------------------------------------------------- a worker
 
-def worker(schedule, out, die_at):
+def worker(schedule, out, die_at, how):
     import p3.torch as p3t
     # Loopback has no p3 qdisc; the warning that says so is expected here.
     warnings.filterwarnings('ignore', 'p3.torch: no network interface')
@@ -82,6 +86,8 @@ def worker(schedule, out, die_at):
                 # does within microseconds), so that rank 0's state at the
                 # failure is known exactly.
                 time.sleep(0.5)
+                if how == 'hang':       # alive, connected, silent
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 os._exit(3)
             loss.backward()
             opt.step()
@@ -108,7 +114,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(schedule, die_at=-1):
+def run_job(schedule, die_at=-1, how='die'):
     """Two ranks; returns each rank's result and the job's start time."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix='p3t-')
@@ -121,10 +127,12 @@ def run_job(schedule, die_at=-1):
         out = os.path.join(tmp, 'rank%d.json' % r)
         outs.append(out)
         procs.append(subprocess.Popen(
-            [sys.executable, __file__, '--worker', schedule, out, str(die_at)],
-            env=env))
-    for p in procs:
-        p.wait(timeout=300)
+            [sys.executable, __file__, '--worker', schedule, out, str(die_at),
+             how], env=env))
+    procs[0].wait(timeout=300)
+    if how == 'hang':
+        procs[1].kill()
+    procs[1].wait(timeout=300)
     res = []
     for out in outs:
         try:
@@ -203,12 +211,39 @@ def main():
         ok(at_err is not None and at_err == jobs['fifo'][0]['steps'][1],
            '%s: rank 0 kept the parameters of step 1 (nothing partial applied)'
            % schedule)
+    res, t0 = run_job('p3', die_at=2, how='hang')
+    r0 = res[0] or {}
+    took = r0.get('t_error', t0 + 1e9) - t0
+    ok(r0.get('error') == 'StepTimeout' and took < 60,
+       'p3: rank 1 hangs (SIGSTOP) in step 2; rank 0 raises %s after %.1f s '
+       '(timeout 10 s): %s' % (r0.get('error'), took, r0.get('message', '')))
+    accuracy()
     print('1..%d' % n)
     return 1 if failed else 0
 
 
+def accuracy():
+    """examples/torch_digits.py, two ranks launched as torchrun would."""
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
+                           '..', 'examples', 'torch_digits.py')
+    port = free_port()
+    procs = []
+    for r in range(WORLD):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(WORLD),
+                   MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                   PYTHONWARNINGS='ignore::RuntimeWarning')
+        procs.append(subprocess.Popen([sys.executable, example], env=env,
+                                      stdout=subprocess.PIPE, text=True))
+    out = [p.communicate(timeout=600)[0] for p in procs]
+    last = [line for line in out[0].splitlines() if line.startswith('epoch')]
+    acc = float(last[-1].split('accuracy ')[1].split('%')[0]) if last else 0.0
+    ok(all(p.returncode == 0 for p in procs) and acc > 90,
+       'examples/torch_digits.py: 2 ranks, %d epochs, test accuracy %.1f%% '
+       '(needs > 90%%)' % (len(last), acc))
+
+
 if __name__ == '__main__':
     if len(sys.argv) > 1 and sys.argv[1] == '--worker':
-        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:
         sys.exit(main())
