@@ -133,30 +133,25 @@ P3_EXPORT uint64_t p3_chan_id(const struct p3_chan *c)
 
 /* The queries read state the engine and other callers change: under the
  * lock, which they take through a cast (they change nothing). */
-P3_EXPORT size_t p3_chan_queued(const struct p3_chan *c)
+static size_t read_locked(const struct p3_chan *c, const size_t *field)
 {
 	struct p3_chan *w = (struct p3_chan *)c;
 	size_t v;
 
-	if (!w)
-		return 0;
 	chan_lock(w);
-	v = w->queued;
+	v = *field;
 	chan_unlock(w);
 	return v;
 }
 
+P3_EXPORT size_t p3_chan_queued(const struct p3_chan *c)
+{
+	return c ? read_locked(c, &c->queued) : 0;
+}
+
 P3_EXPORT size_t p3_chan_pending(const struct p3_chan *c)
 {
-	struct p3_chan *w = (struct p3_chan *)c;
-	size_t v;
-
-	if (!w)
-		return 0;
-	chan_lock(w);
-	v = w->pending;
-	chan_unlock(w);
-	return v;
+	return c ? read_locked(c, &c->pending) : 0;
 }
 
 P3_EXPORT int p3_chan_band_status(const struct p3_chan *c, unsigned int band)
