@@ -225,6 +225,12 @@ class DistributedOptimizer:
         self._opt.zero_grad(set_to_none=set_to_none)
 
     @property
+    def exchange_done(self):
+        """time.monotonic() at which each step's gradients were all
+        averaged (for measurements: bench/torch)."""
+        return list(self._ex.done_at)
+
+    @property
     def param_groups(self):
         return self._opt.param_groups
 

@@ -58,6 +58,8 @@ class Exchange:
         self._local = []            # owned messages whose local part is in
         self._reset_counts()
         self.seen = [False] * len(params)   # gradient in, this step
+        self.done_at = []           # when each step's last tensor was in
+        self._zeroed = 0
         for m in layout.msgs:
             self._expect_pushes(m, 0)
         for i in range(len(params)):
@@ -258,7 +260,14 @@ class Exchange:
     def _slices_done(self, slices):
         with self.cv:
             for s in slices:
-                self.tensor_left[self.lay.slices[s].tensor] -= 1
+                t = self.lay.slices[s].tensor
+                self.tensor_left[t] -= 1
+                # Steps finish in order (a step's slices need the last
+                # step's updates), so every len(grad) tensors is a step.
+                if not self.tensor_left[t]:
+                    self._zeroed += 1
+                    if self._zeroed % len(self.grad) == 0:
+                        self.done_at.append(time.monotonic())
             self.cv.notify_all()
 
     def close(self):

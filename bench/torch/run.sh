@@ -1,0 +1,22 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# bench/torch: real PyTorch training (p3.torch) of a VGG-shaped model, two
+# ranks in network namespaces of one VM boot, on shaped links: fifo, p3 in
+# user space only, p3 with the sch_p3 qdisc, each alone and beside a bulk
+# upload.  Prints the table, writes build/bench-torch/{results.jsonl,
+# torch.png}.  Worker options pass through, e.g.:
+#   bench/torch/run.sh --mbit 100 --batch 16 --iters 8
+# P3_KERNEL picks the VM's kernel (default 6.12).
+set -euo pipefail
+top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
+cd "$top"
+out=build/bench-torch
+rm -rf "$out"
+mkdir -p "$out"
+make --no-print-directory all >/dev/null
+t0=$(date +%s)
+P3_TORCH_OUT=$top/$out/results.jsonl selftests/vm-run --kernel "${P3_KERNEL:-6.12}" \
+	--mem 3072 --timeout 3000 -- \
+	env P3_TORCH_OUT="$top/$out/results.jsonl" bench/torch/vm.sh --progress "$@"
+echo "bench/torch: VM done after $(( $(date +%s) - t0 )) s" >&2
+/usr/bin/python3 bench/torch/report.py --png "$out/torch.png" "$out/results.jsonl"
