@@ -17,6 +17,7 @@
 #define HELLO_WIRE	(P3_FRAME_HDR_LEN + P3_HELLO_LEN)
 #define MAX_PENDING	128	/* connections that have not said hello */
 #define MAX_GROUPS	32	/* channels with some bands still missing */
+#define FD_PAUSE_MS	100	/* out of descriptors: stop accepting this long */
 
 struct pending {
 	int		fd;
@@ -42,6 +43,7 @@ struct p3_listener {
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
 	unsigned int	ngrp;
+	uint64_t	paused_until;	/* accept() ran out of descriptors */
 };
 
 static int listen_socket(const struct addrinfo *ai)
@@ -159,7 +161,10 @@ static void listener_accept(struct p3_listener *l)
 	unsigned int i, oldest;
 	int fd;
 
-	while ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+	while ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0 ||
+	       errno == ECONNABORTED) {
+		if (fd < 0)
+			continue;	/* gone before we took it */
 		if (l->npend == MAX_PENDING) {
 			for (oldest = 0, i = 1; i < l->npend; i++)
 				if (l->pend[i].since < l->pend[oldest].since)
@@ -168,6 +173,10 @@ static void listener_accept(struct p3_listener *l)
 		}
 		l->pend[l->npend++] = (struct pending){ .fd = fd, .since = p3_now_ns() };
 	}
+	/* The connection stays in the backlog, so the listening socket stays
+	 * readable: without a pause poll() would return at once, for ever. */
+	if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+		l->paused_until = p3_now_ns() + FD_PAUSE_MS * 1000000ull;
 }
 
 static struct group *group_get(struct p3_listener *l, uint64_t id, unsigned int bands)
@@ -248,9 +257,11 @@ static int pend_read(struct p3_listener *l, unsigned int i, struct p3_chan **out
 	n = read(p->fd, p->buf + p->have, HELLO_WIRE - p->have);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
+	/* Gone before a whole hello: a port scan, a health check, a peer that
+	 * gave up.  It never claimed to be a p3 sender: nothing to report. */
 	if (n <= 0) {
 		pend_drop(l, i);
-		return n < 0 ? -errno : -P3_ETRUNC;
+		return 0;
 	}
 	p->have += n;
 	if (p->have < HELLO_WIRE)
@@ -262,9 +273,13 @@ static int listener_step(struct p3_listener *l, int wait_ms, struct p3_chan **ou
 {
 	struct pollfd pfd[MAX_PENDING + 1];
 	unsigned int i, n = l->npend;
-	int r;
+	int r, paused = chan_wait_ms(l->paused_until);
 
-	pfd[0] = (struct pollfd){ .fd = l->fd, .events = POLLIN };
+	/* While paused, the listening socket is left out (fd -1 is skipped)
+	 * and the wait ends with the pause. */
+	pfd[0] = (struct pollfd){ .fd = paused > 0 ? -1 : l->fd, .events = POLLIN };
+	if (paused > 0 && (wait_ms < 0 || paused < wait_ms))
+		wait_ms = paused;
 	for (i = 0; i < n; i++)
 		pfd[i + 1] = (struct pollfd){ .fd = l->pend[i].fd, .events = POLLIN };
 	r = poll(pfd, n + 1, wait_ms);

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include "p3.h"
 #include "tap.h"
@@ -370,10 +371,24 @@ static void test_hellos(void)
 	ok_err(accept_err(l), -P3_EBADMAGIC, "garbage instead of a hello is refused");
 	close(fd[0]);
 
+	/* A health check (connect, close), a port scan's half-open probe and a
+	 * peer that leaves inside its hello are no error: the real channel
+	 * behind them comes out of the very next call. */
+	fd[0] = raw_socket();
+	close(fd[0]);
 	fd[0] = raw_socket();
 	raw_write(fd[0], junk, 10);
 	close(fd[0]);
-	ok_err(accept_err(l), -P3_ETRUNC, "connection closed inside its hello");
+	fd[0] = raw_socket();
+	fd[1] = raw_socket();
+	raw_hello(fd[0], 55, 0, 2);
+	raw_hello(fd[1], 55, 1, 2);
+	ok(p3_accept(l, 3000, &c) == 0 && c && p3_chan_id(c) == 55,
+	   "probes that close before a whole hello are dropped silently; the next channel comes");
+	p3_chan_close(c);
+	c = NULL;
+	close(fd[0]);
+	close(fd[1]);
 
 	fd[0] = raw_socket();
 	fd[1] = raw_socket();
@@ -402,11 +417,52 @@ static void test_hellos(void)
 	p3_listener_close(l);
 }
 
+/* Out of descriptors: accept() fails with EMFILE while the connection
+ * waits in the backlog; p3_accept must wait, not spin on poll(). */
+static void test_emfile(void)
+{
+	struct p3_listener *l;
+	struct p3_chan *c = NULL;
+	struct rlimit old, low;
+	struct rusage r0, r1;
+	uint64_t t0, wall_ns, cpu_ns;
+	int fd, spare[64], n = 0, err;
+
+	p3_listen("127.0.0.1", "0", NULL, &l);
+	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+	fd = raw_socket();		/* waits in the backlog */
+	getrlimit(RLIMIT_NOFILE, &old);
+	/* A low limit, then every descriptor below it taken. */
+	low = old;
+	low.rlim_cur = 32;
+	setrlimit(RLIMIT_NOFILE, &low);
+	while (n < 64 && (spare[n] = dup(0)) >= 0)
+		n++;
+	getrusage(RUSAGE_SELF, &r0);
+	t0 = p3_now_ns();
+	err = p3_accept(l, 1000, &c);
+	wall_ns = p3_now_ns() - t0;
+	getrusage(RUSAGE_SELF, &r1);
+	setrlimit(RLIMIT_NOFILE, &old);
+	cpu_ns = (uint64_t)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+			    r0.ru_stime.tv_sec) * 1000000000ull +
+		 (uint64_t)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+			    r0.ru_stime.tv_usec) * 1000ull;
+	ok(err == -ETIMEDOUT && cpu_ns < wall_ns / 4,
+	   "out of descriptors, p3_accept waits out its 1 s (%s) using %.0f ms of CPU, not spinning",
+	   p3_strerror(err), cpu_ns / 1e6);
+	while (n > 0)
+		close(spare[--n]);
+	close(fd);
+	p3_listener_close(l);
+}
+
 int main(void)
 {
 	test_attacks();
 	test_mutations();
 	test_drip();
 	test_hellos();
+	test_emfile();
 	return tap_done();
 }
