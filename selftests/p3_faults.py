@@ -643,7 +643,8 @@ def role_recv(a):
     import p3
     out = {"completions": {}, "errors": [], "timeout": False}
     try:
-        with p3.Listener("0.0.0.0", a.port, timeout=60) as lst:
+        with p3.Listener("0.0.0.0", a.port, timeout=60,
+                         peer_timeout=a.peer_timeout) as lst:
             open(a.out + ".ready", "w").close()
             rx = lst.accept(timeout=60)
             bufs = {}
@@ -659,6 +660,7 @@ def role_recv(a):
                     done = rx.poll(0.5)
                 except p3.Error as e:
                     out["errors"].append([e.errno, str(e)])
+                    out.setdefault("t_error", time.monotonic())
                     last = time.monotonic()
                     if e.errno in (p3.EINCOMPLETE, errno.EPIPE):
                         break
@@ -680,7 +682,7 @@ def role_send(a):
     out = {"error": None}
     try:
         ch = p3.Channel.connect(a.host, a.port, bands=8, method="dscp",
-                                timeout=10)
+                                timeout=10, peer_timeout=a.peer_timeout)
         open(a.out + ".ready", "w").close()
         for tid, (lv, size) in TENSORS.items():
             if tid != 1:
@@ -690,6 +692,7 @@ def role_send(a):
         ch.close()
     except p3.Error as e:
         out["error"] = [e.errno, str(e)]
+        out["t_error"] = time.monotonic()
     with open(a.out, "w") as f:
         json.dump(out, f)
 
@@ -826,11 +829,17 @@ def netem_ingress(spec):
     tc(f"qdisc add dev ifb0 root netem {spec}", ns=RCV)
 
 
-def lib_run(chk, name, fault=None, netem=None, kill=None):
-    """One transfer; returns its outcome for the summary."""
+SILENT_PEER_TIMEOUT = 5.0
+
+
+def lib_run(chk, name, fault=None, netem=None, kill=None, silent=False):
+    """One transfer; returns its outcome for the summary.  silent: every
+    packet to the receiver is dropped mid-transfer, as if the link were
+    cut, and both ends must notice within their peer timeout."""
     lib_topology()
-    if netem:
-        netem_ingress(netem)
+    if netem or silent:
+        netem_ingress(netem or "loss 0%")
+    peer_timeout = ["--peer-timeout", str(SILENT_PEER_TIMEOUT)] if silent else []
     tmp = tempfile.mkdtemp()
     rout, sout = f"{tmp}/recv.json", f"{tmp}/send.json"
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "userlib", "python"))
@@ -839,7 +848,7 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
     proxy = None
     recv = subprocess.Popen(["ip", "netns", "exec", RCV] + me +
                             ["--role", "recv", "--port", str(port), "--out",
-                             rout, "--idle", "20"], env=env)
+                             rout, "--idle", "20"] + peer_timeout, env=env)
     for _ in range(300):
         if os.path.exists(rout + ".ready"):
             break
@@ -850,8 +859,18 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
         to_port = port + 1
     send = subprocess.Popen(["ip", "netns", "exec", SND] + me +
                             ["--role", "send", "--host", RADDR, "--port",
-                             str(to_port), "--out", sout], env=env)
+                             str(to_port), "--out", sout] + peer_timeout,
+                            env=env)
     killed = None
+    t_silent = None
+    if silent:
+        for _ in range(600):
+            if os.path.exists(sout + ".ready"):
+                break
+            time.sleep(0.1)
+        time.sleep(1.2)
+        tc("qdisc change dev ifb0 root netem loss 100%", ns=RCV)
+        t_silent = time.monotonic()
     if kill:
         # Mid-slice: the 3 MiB slices take ~0.25 s each at 100 Mbit/s.
         for _ in range(600):
@@ -891,6 +910,18 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
 
     bad = []
     chk.expect(not hung, f"{name}: {hung} hung")
+    if silent:
+        # Both ends see ETIMEDOUT from TCP (user timeout, keepalive), not
+        # the test's own idle limit, within a few peer timeouts.
+        for who, res, err in (("sender", s, (s or {}).get("error")),
+                              ("receiver", r, (r or {}).get("errors", [[None]])[0])):
+            took = (res or {}).get("t_error", 1e9) - t_silent
+            if not err or err[0] != errno.ETIMEDOUT or took > 4 * SILENT_PEER_TIMEOUT:
+                bad.append(f"{who}: {err} {took:.1f} s after the link went silent "
+                           f"(want ETIMEDOUT within {4 * SILENT_PEER_TIMEOUT:.0f} s)")
+            else:
+                chk.note(f"{name}: {who} saw ETIMEDOUT {took:.1f} s after the "
+                         f"link went silent (peer timeout {SILENT_PEER_TIMEOUT:.0f} s)")
     if killed != "receiver":
         if r is None:
             bad.append("the receiver left no result")
@@ -902,7 +933,7 @@ def lib_run(chk, name, fault=None, netem=None, kill=None):
             if not complete and not r["errors"]:
                 bad.append(f"only {sorted(r['completions'])} completed and "
                            f"no error reported{' (idle timeout)' if r['timeout'] else ''}")
-            if (fault or killed) and not r["errors"] and \
+            if (fault or killed or silent) and not r["errors"] and \
                     (fault != "fin" or not complete):
                 bad.append("the damaged stream was not reported")
     if killed != "sender" and s is None and "sender" not in hung:
@@ -930,6 +961,7 @@ LIB_CASES = [
     ("proxy resets mid-slice", dict(fault="rst")),
     ("sender killed mid-slice", dict(kill="sender")),
     ("receiver killed mid-slice", dict(kill="receiver")),
+    ("peer goes silent mid-slice", dict(silent=True)),
 ]
 
 
@@ -956,6 +988,7 @@ def main():
     ap.add_argument("--port", type=int)
     ap.add_argument("--out")
     ap.add_argument("--idle", type=float, default=20)
+    ap.add_argument("--peer-timeout", type=float, default=30.0)
     args = ap.parse_args()
     if args.role:
         return (role_send if args.role == "send" else role_recv)(args)

@@ -245,10 +245,12 @@ struct p3_chan_opts {
 	uint32_t	max_payload;	/* largest frame payload either side */
 	int		timeout_ms;	/* connect / hello timeout */
 	int		progress;	/* 1: a background thread moves the data */
+	int		peer_timeout_ms; /* a silent peer fails the band after
+					  * this: 0 default (30 s), -1 kernel's */
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
- * no progress thread. */
+ * no progress thread, peers declared lost after 30 s of silence. */
 void p3_chan_opts_init(struct p3_chan_opts *opts);
 
 /*

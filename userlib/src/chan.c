@@ -2,8 +2,11 @@
 /* What both ends of a channel share: options, lifetime, time, queries.
  * Threads, waits and the progress thread are in chan_thread.c. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "chan.h"
@@ -11,6 +14,34 @@
 #define DEFAULT_BANDS		8
 #define DEFAULT_MAX_QUEUED	(64u << 20)
 #define DEFAULT_TIMEOUT_MS	10000
+#define DEFAULT_PEER_TIMEOUT_MS	30000
+
+/*
+ * A peer that vanishes without a FIN or an RST (power loss, a pulled
+ * cable, a partition) would leave TCP waiting for ever on a receiver that
+ * has nothing to send, and for many minutes of retransmissions on a
+ * sender.  TCP_USER_TIMEOUT bounds how long sent data may stay unacked;
+ * keepalive probes, started after a third of the bound, give an idle
+ * receiver something to be unacked, and the user timeout then ends them
+ * too.  A live peer's kernel answers probes even while its process
+ * computes, so a long pause between iterations is never taken for death.
+ */
+int chan_sock_peer_timeout(int fd, int timeout_ms)
+{
+	int ms = timeout_ms ? timeout_ms : DEFAULT_PEER_TIMEOUT_MS;
+	int on = 1, idle = ms / 3000 > 0 ? ms / 3000 : 1, intvl = idle, cnt = 3;
+	unsigned int uto = (unsigned int)ms;
+
+	if (timeout_ms < 0)
+		return 0;
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto)) < 0)
+		return -errno;
+	return 0;
+}
 
 P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
 {

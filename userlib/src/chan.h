@@ -99,6 +99,8 @@ struct p3_chan {
 };
 
 struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload);
+/* Bound how long a band's peer may stay silent (opts.peer_timeout_ms). */
+int chan_sock_peer_timeout(int fd, int timeout_ms);
 int chan_wait_ms(uint64_t deadline_ns);
 uint64_t chan_deadline(int timeout_ms);
 

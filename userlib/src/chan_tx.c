@@ -523,6 +523,8 @@ static int band_socket(const struct addrinfo *ai, unsigned int b, const struct p
 	if (fd < 0)
 		return -errno;
 	err = p3_tag_ex(fd, b, o->tag_method, o->notsent_lowat);
+	if (!err)
+		err = chan_sock_peer_timeout(fd, o->peer_timeout_ms);
 	/* Frames are complete units; Nagle would only hold back a tail. */
 	if (!err && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
 		err = -errno;

@@ -39,6 +39,7 @@ struct p3_listener {
 	uint32_t	max_payload;
 	int		timeout_ms;	/* for a hello, and for a whole channel */
 	int		progress;	/* channels get a progress thread */
+	int		peer_timeout_ms;
 	struct pending	pend[MAX_PENDING];
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
@@ -100,6 +101,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	l->max_payload = o.max_payload;
 	l->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 10000;
 	l->progress = o.progress;
+	l->peer_timeout_ms = o.peer_timeout_ms;
 	*out = l;
 	return 0;
 }
@@ -206,6 +208,8 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 	if (!c)
 		return -ENOMEM;
 	for (b = 0; b < g->bands; b++) {
+		if (!err)
+			err = chan_sock_peer_timeout(g->fd[b], l->peer_timeout_ms);
 		if (!err)
 			err = rx_attach(c, b, g->fd[b]);
 		else

@@ -84,7 +84,8 @@ class _ChanOpts(ctypes.Structure):
     _fields_ = [('bands', _uint), ('tag_method', _int),
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
-                ('timeout_ms', _int), ('progress', _int)]
+                ('timeout_ms', _int), ('progress', _int),
+                ('peer_timeout_ms', _int)]
 
 
 class _Completion(ctypes.Structure):
@@ -354,7 +355,8 @@ class _Buf:
 
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
-          max_payload=16 << 20, timeout=10.0, progress=True):
+          max_payload=16 << 20, timeout=10.0, progress=True,
+          peer_timeout=30.0):
     o = _ChanOpts()
     _opts_init(ctypes.byref(o))
     o.bands = int(bands)
@@ -364,6 +366,7 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
     o.max_payload = int(max_payload)
     o.timeout_ms = _ms(timeout) if timeout is not None else 10000
     o.progress = 1 if progress else 0
+    o.peer_timeout_ms = -1 if peer_timeout is None else max(1, _ms(peer_timeout))
     return o
 
 
@@ -388,9 +391,9 @@ class Channel:
     @classmethod
     def connect(cls, host, port, bands=8, method=None, chan_id=0,
                 max_queued=64 << 20, max_payload=16 << 20, timeout=10.0,
-                progress=True):
+                progress=True, peer_timeout=30.0):
         o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
-                  progress)
+                  progress, peer_timeout)
         h = _vp()
         _check(_connect(str(host).encode(), str(port).encode(),
                         ctypes.byref(o), ctypes.byref(h)), 'connect')
@@ -559,8 +562,9 @@ class Listener:
     """Accepts channels: every band of a sender connects and says hello."""
 
     def __init__(self, host='127.0.0.1', port=0, max_payload=16 << 20,
-                 timeout=10.0, progress=True):
-        o = _opts(max_payload=max_payload, timeout=timeout, progress=progress)
+                 timeout=10.0, progress=True, peer_timeout=30.0):
+        o = _opts(max_payload=max_payload, timeout=timeout, progress=progress,
+                  peer_timeout=peer_timeout)
         h = _vp()
         _check(_listen(None if host is None else str(host).encode(),
                        str(port).encode(), ctypes.byref(o), ctypes.byref(h)),
