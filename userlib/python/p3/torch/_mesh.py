@@ -26,7 +26,10 @@ class Mesh:
                  max_queued):
         self.rank = rank
         self.tx, self.rx = {}, {}
-        self._lst = p3.Listener(host=host, port=0, timeout=timeout)
+        # A peer that vanishes without a FIN fails its channel after
+        # timeout (TCP user timeout, keepalive), like every other wait.
+        self._lst = p3.Listener(host=host, port=0, timeout=timeout,
+                                peer_timeout=timeout)
         try:
             if rank == 0:
                 store.set(key + '/nonce', str(random.getrandbits(40)))
@@ -39,7 +42,7 @@ class Mesh:
                 addr, port = store.get('%s/addr/%d' % (key, q)).decode().split()
                 self.tx[q] = p3.Channel.connect(
                     addr, port, bands=bands, timeout=timeout,
-                    max_queued=max_queued,
+                    peer_timeout=timeout, max_queued=max_queued,
                     chan_id=(nonce << RANK_BITS) | (rank + 1))
             while len(self.rx) < world - 1:
                 ch = self._lst.accept(timeout=timeout)
