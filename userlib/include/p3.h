@@ -324,6 +324,15 @@ int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
 		   uint64_t iter);
 
 /*
+ * Receiver: forget tensor (registered or finished): its buffer is no
+ * longer written, it stops counting as pending, and its table slot is
+ * freed.  A frame of it already half read is discarded; one that starts
+ * later waits, as for a tensor never registered.  -ENOENT if it is not
+ * registered.
+ */
+int p3_chan_cancel(struct p3_chan *c, uint32_t tensor);
+
+/*
  * Move data for up to timeout_ms.  Returns, on a receiver, the number of
  * completions ready for p3_chan_next(); on a sender, 0.  A connection that
  * delivers a bad frame is closed and its error returned once; the others

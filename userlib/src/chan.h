@@ -141,5 +141,7 @@ void rx_free(struct p3_chan *c);
  * the stream fuzzer.  Returns 0, or the error that closed the connection. */
 int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len);
 int rx_attach(struct p3_chan *c, unsigned int band, int fd);
+/* The longest lookup in the tensor table, in slots (for the tests). */
+size_t rx_table_longest_probe(const struct p3_chan *c);
 
 #endif /* P3_CHAN_H */

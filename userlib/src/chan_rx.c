@@ -15,6 +15,7 @@
 #include "chan.h"
 
 #define RX_READ_MAX	(1u << 20)	/* per read(), to keep bands fair */
+#define RX_KEEP		(256u << 10)	/* a frame buffer above this is freed after use */
 
 /* ------------------------------------------------------ the tensor table */
 
@@ -36,6 +37,20 @@ static struct rx_tensor *tab_find(const struct p3_chan *c, uint32_t id)
 		if (c->tab[i].id == id)
 			return &c->tab[i];
 	return NULL;
+}
+
+size_t rx_table_longest_probe(const struct p3_chan *c)
+{
+	size_t i, d, worst = 0, mask = c->tab_cap - 1;
+
+	for (i = 0; i < c->tab_cap; i++) {
+		if (!c->tab[i].used)
+			continue;
+		d = (i - tab_slot(c->tab[i].id, c->tab_cap)) & mask;
+		if (d > worst)
+			worst = d;
+	}
+	return worst + 1;
 }
 
 static int tab_grow(struct p3_chan *c)
@@ -97,6 +112,53 @@ static int rx_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t siz
 	t->done = 0;
 	c->pending++;
 	return 0;
+}
+
+/* Remove slot i; later members of its probe run move back into the gap,
+ * so that no lookup ever stops early at it (linear probing has no
+ * tombstones here). */
+static void tab_delete(struct p3_chan *c, size_t i)
+{
+	size_t mask = c->tab_cap - 1, j = i, home;
+
+	free(c->tab[i].r);
+	c->tab[i] = (struct rx_tensor){ 0 };
+	c->tab_used--;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!c->tab[j].used)
+			return;
+		home = tab_slot(c->tab[j].id, c->tab_cap);
+		/* j may move to i only if its home is not in (i, j]. */
+		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+			c->tab[i] = c->tab[j];
+			c->tab[j] = (struct rx_tensor){ 0 };
+			i = j;
+		}
+	}
+}
+
+P3_EXPORT int p3_chan_cancel(struct p3_chan *c, uint32_t tensor)
+{
+	struct rx_tensor *t;
+	int err;
+
+	if (!c || c->role != P3_ROLE_RX)
+		return -EINVAL;
+	err = chan_enter(c);
+	if (err)
+		return err;
+	t = tab_find(c, tensor);
+	if (!t) {
+		err = -ENOENT;
+	} else {
+		if (!t->done)
+			c->pending--;
+		tab_delete(c, (size_t)(t - c->tab));
+		chan_consumed(c);
+	}
+	chan_unlock(c);
+	return err;
 }
 
 P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
@@ -316,11 +378,24 @@ static int conn_frame(struct p3_chan *c, struct rx_conn *k)
 
 	rx_limits(c, &lim);
 	n = p3_frame_parse(k->buf, k->have, &lim, &f);
-	if (n < 0)
-		return n == -EAGAIN ? -P3_EDUP : n;
 	k->have = 0;
 	k->need = P3_FRAME_HDR_LEN;
-	return rx_commit(c, &f);
+	/* Its header was accepted, so "not registered" now means that
+	 * p3_chan_cancel() ran meanwhile: the frame is unwanted, not bad. */
+	if (n == -EAGAIN)
+		n = 0;
+	else if (n >= 0)
+		n = rx_commit(c, &f);
+	/* One 16 MiB frame must not pin 16 MiB per band for the channel's
+	 * life: a large buffer goes back once its frame is stored. */
+	if (k->cap > RX_KEEP) {
+		free(k->buf);
+		k->buf = NULL;
+		k->cap = 0;
+		if (!n)
+			n = conn_reserve(k, P3_FRAME_HDR_LEN);
+	}
+	return n;
 }
 
 static int conn_step(struct p3_chan *c, struct rx_conn *k)

@@ -5,7 +5,8 @@
  *   0 band len bytes...               raw bytes to a band
  *   1 band tensor off16 len16 iter    a well-formed frame (valid CRC)
  *   2 band tensor off16 len16 iter pos xor   the same, one byte corrupted
- *   3 tensor iter                     p3_chan_expect() on a spare buffer
+ *   3 tensor iter                     p3_chan_expect() on a spare buffer,
+ *                                     or p3_chan_cancel() if iter >= 0x80
  * Tensors live in one arena, back to back between guards: any write
  * outside a registered tensor changes a guard and traps.
  */
@@ -116,6 +117,10 @@ static void run(struct p3_chan *c, struct arena *a, uint8_t *spare, const uint8_
 		case 3:
 			if (!(r = take(&p, end, 2)))
 				return;
+			if (r[1] >= 0x80) {
+				p3_chan_cancel(c, r[0] % (NT + 1));
+				break;
+			}
 			/* A tensor is always re-expected at its own size, so the
 			 * final check can tell a completion's size from its id;
 			 * id NT is the stranger, sized like tensor 0. */

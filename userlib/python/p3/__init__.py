@@ -153,6 +153,7 @@ _listener_port = _proto('p3_listener_port', _int, _vp)
 _accept = _proto('p3_accept', _int, _vp, _int, _P(_vp))
 _listener_close = _proto('p3_listener_close', None, _vp)
 _expect = _proto('p3_chan_expect', _int, _vp, _u32, _vp, _u64, _u64)
+_cancel = _proto('p3_chan_cancel', _int, _vp, _u32)
 _poll = _proto('p3_chan_poll', _int, _vp, _int)
 _next = _proto('p3_chan_next', _int, _vp, _P(_Completion))
 _pending = _proto('p3_chan_pending', _size, _vp)
@@ -473,6 +474,15 @@ class Channel:
         except BaseException:
             self._release(*key, newest=True)
             raise
+
+    def cancel(self, tensor):
+        """Forget tensor (registered or finished); its buffers are
+        released.  A frame of it half read is discarded, later ones wait
+        as for a tensor never registered."""
+        _check(self._call(_cancel, int(tensor)), 'cancel')
+        with self._mu:
+            for key in [k for k in self._bufs if k[0] == int(tensor)]:
+                del self._bufs[key]
 
     def _release(self, tensor, iteration, newest=False):
         with self._mu:
