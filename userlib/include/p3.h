@@ -8,7 +8,9 @@
  * the errno range.  p3_strerror() turns both into a message.  Nothing in
  * the library prints, exits or raises signals (sends use MSG_NOSIGNAL).
  *
- * Handles are not thread-safe; use one per thread or lock around them.
+ * A channel may be used from several threads at once (see "Threads" below);
+ * a listener belongs to one thread at a time.  The other calls keep no state
+ * between calls (the netlink extack text is per thread).
  */
 #ifndef P3_H
 #define P3_H
@@ -306,9 +308,14 @@ int p3_listener_fd(const struct p3_listener *l);
 
 /*
  * Accept connections until every band of one channel has said hello, and
- * return it as a receiving channel.  A connection with a bad hello is
- * closed and its error returned; call again to go on.  -ETIMEDOUT if no
- * channel completes within timeout_ms.
+ * return it as a receiving channel.  A connection that closes before its
+ * hello, or whose first bytes are not the frame magic (a health check, a
+ * port scan), is closed silently.  One that starts as a p3 frame but whose
+ * hello is bad is closed and its error returned; call again to go on.
+ * Every connection, and every channel short of bands, is given
+ * opts.timeout_ms from its first connection, counted whether or not a
+ * p3_accept() is running.  -ETIMEDOUT if no channel completes within
+ * timeout_ms.
  */
 int p3_accept(struct p3_listener *l, int timeout_ms, struct p3_chan **out);
 void p3_listener_close(struct p3_listener *l);

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -252,6 +253,15 @@ static int pend_hello(struct p3_listener *l, unsigned int i, struct p3_chan **ou
 	return group_chan(l, g, out);
 }
 
+/* Do the first n bytes (n may be under 4) agree with the frame magic? */
+static int magic_prefix_ok(const uint8_t *buf, size_t n)
+{
+	uint8_t magic[4];
+
+	put_be32(magic, P3_FRAME_MAGIC);
+	return !memcmp(buf, magic, n < sizeof(magic) ? n : sizeof(magic));
+}
+
 /* Read exactly the hello (data after it belongs to the channel). */
 static int pend_read(struct p3_listener *l, unsigned int i, struct p3_chan **out)
 {
@@ -268,6 +278,13 @@ static int pend_read(struct p3_listener *l, unsigned int i, struct p3_chan **out
 		return 0;
 	}
 	p->have += n;
+	/* Not our magic: something that speaks another protocol (an HTTP
+	 * health check, a scanner's banner grab) and never claimed to be a
+	 * p3 sender either.  Errors are kept for peers that did. */
+	if (!magic_prefix_ok(p->buf, p->have)) {
+		pend_drop(l, i);
+		return 0;
+	}
 	if (p->have < HELLO_WIRE)
 		return 0;
 	return pend_hello(l, i, out);

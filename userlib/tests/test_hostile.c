@@ -47,6 +47,15 @@ static int raw_socket(void)
 	return fd;
 }
 
+/* Did the other end close fd within ms?  Never blocks longer. */
+static int closed_by_peer(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint8_t b;
+
+	return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
 static void raw_write(int fd, const void *p, size_t n)
 {
 	const uint8_t *b = p;
@@ -365,11 +374,35 @@ static void test_hellos(void)
 
 	p3_listen("127.0.0.1", "0", NULL, &l);
 	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
-	memset(junk, 0x42, sizeof(junk));
+	/* A peer that starts as a p3 frame but breaks its hello is told so. */
+	p3_hello_build(junk, 33, 0, 2);
+	junk[4] = P3_FRAME_VERSION + 1;
 	fd[0] = raw_socket();
 	raw_write(fd[0], junk, sizeof(junk));
-	ok_err(accept_err(l), -P3_EBADMAGIC, "garbage instead of a hello is refused");
+	ok_err(accept_err(l), -P3_EVERSION, "a hello of an unknown version is refused");
 	close(fd[0]);
+
+	/* Another protocol on the port (an HTTP health check that waits for
+	 * an answer, 0x42 garbage) is no error: dropped at its first byte. */
+	fd[0] = raw_socket();
+	raw_write(fd[0], "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 35);
+	memset(junk, 0x42, sizeof(junk));
+	fd[1] = raw_socket();
+	raw_write(fd[1], junk, sizeof(junk));
+	fd[2] = raw_socket();
+	fd[3] = raw_socket();
+	raw_hello(fd[2], 44, 0, 2);
+	raw_hello(fd[3], 44, 1, 2);
+	ok(p3_accept(l, 3000, &c) == 0 && c && p3_chan_id(c) == 44,
+	   "an HTTP probe and garbage are dropped silently; the channel behind them comes");
+	/* Probes not read before the channel completed are read next time. */
+	p3_chan_close(c);
+	c = NULL;
+	ok_err(p3_accept(l, 300, &c), -ETIMEDOUT, "nothing else to accept");
+	ok(closed_by_peer(fd[0], 1000) && closed_by_peer(fd[1], 1000),
+	   "the listener closed both probes");
+	for (i = 0; i < 4; i++)
+		close(fd[i]);
 
 	/* A health check (connect, close), a port scan's half-open probe and a
 	 * peer that leaves inside its hello are no error: the real channel
@@ -419,6 +452,34 @@ static void test_hellos(void)
 
 /* Out of descriptors: accept() fails with EMFILE while the connection
  * waits in the backlog; p3_accept must wait, not spin on poll(). */
+/* A channel short of a band expires timeout_ms after its first
+ * connection, even when that time passes outside p3_accept(). */
+static void test_expiry(void)
+{
+	struct p3_chan_opts o;
+	struct p3_listener *l;
+	struct p3_chan *c = NULL;
+	int fd[2];
+
+	p3_chan_opts_init(&o);
+	o.timeout_ms = 300;
+	p3_listen("127.0.0.1", "0", &o, &l);
+	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+	fd[0] = raw_socket();
+	raw_hello(fd[0], 66, 0, 2);
+	ok_err(p3_accept(l, 100, &c), -ETIMEDOUT, "band 0 alone makes no channel");
+	usleep(400 * 1000);
+	fd[1] = raw_socket();
+	raw_hello(fd[1], 66, 1, 2);
+	ok_err(p3_accept(l, 200, &c), -ETIMEDOUT,
+	       "band 1, 400 ms after band 0 with timeout 300 ms: the channel has expired");
+	ok(closed_by_peer(fd[0], 1000), "the expired band's connection is closed");
+	p3_chan_close(c);
+	close(fd[0]);
+	close(fd[1]);
+	p3_listener_close(l);
+}
+
 static void test_emfile(void)
 {
 	struct p3_listener *l;
@@ -461,6 +522,7 @@ int main(void)
 {
 	test_attacks();
 	test_mutations();
+	test_expiry();
 	test_drip();
 	test_hellos();
 	test_emfile();

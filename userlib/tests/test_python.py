@@ -5,6 +5,7 @@
 import errno
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
@@ -237,16 +238,26 @@ class ChannelTest(unittest.TestCase):
             # A timeout is p3's and Python's at once.
             self.assertIsInstance(cm.exception, p3.TimeoutError)
             self.assertIsInstance(cm.exception, TimeoutError)
-            junk = socket.create_connection(('127.0.0.1', lst.port))
-            junk.sendall(b'J' * 56)
-            with self.assertRaises(p3.Error):   # the junk is skipped, then timeout
+            # Another protocol on the port is no p3 sender: no error.
+            probe = socket.create_connection(('127.0.0.1', lst.port))
+            probe.sendall(b'GET / HTTP/1.1\r\n\r\n')
+            with self.assertRaises(p3.TimeoutError):
                 lst.accept(timeout=0.5)
-            self.assertEqual(lst.last_error.errno, p3.EBADMAGIC)
+            self.assertIsNone(lst.last_error)
+            self.assertEqual(probe.recv(1), b'')    # closed by the listener
+            probe.close()
+            # A p3 frame of a version we do not speak is a sender's error.
+            future = struct.pack('>IB', 0x50334652, 2).ljust(56, b'\0')
+            junk = socket.create_connection(('127.0.0.1', lst.port))
+            junk.sendall(future)
+            with self.assertRaises(p3.Error):   # skipped, then timeout
+                lst.accept(timeout=0.5)
+            self.assertEqual(lst.last_error.errno, p3.EVERSION)
             with self.assertRaises(p3.Error) as cm:
                 junk2 = socket.create_connection(('127.0.0.1', lst.port))
-                junk2.sendall(b'J' * 56)
+                junk2.sendall(future)
                 lst.accept(timeout=5, strict=True)
-            self.assertEqual(cm.exception.errno, p3.EBADMAGIC)
+            self.assertEqual(cm.exception.errno, p3.EVERSION)
             junk2.close()
             errors = []
             t = _sender(lst.port, lambda ch: None, bands=2, errors=errors)

@@ -584,8 +584,10 @@ class Listener:
         self.last_error = None
 
     def accept(self, timeout=None, strict=False):
-        """Next complete channel.  A connection with a bad hello is closed;
-        strict=True raises its error, otherwise it is kept in last_error."""
+        """Next complete channel.  A connection that is no p3 sender (it
+        closes first, or does not start with the frame magic) is closed
+        silently; one with a bad p3 hello is closed too, and strict=True
+        raises its error, otherwise it is kept in last_error."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else deadline - time.monotonic()
