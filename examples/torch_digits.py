@@ -4,11 +4,11 @@
 p3.torch.  Each rank trains on its shard; every step's gradients are
 averaged over the ranks by libp3 in P3 order.
 
-    torchrun --nproc_per_node 2 --redirects 2 --tee 2 examples/torch_digits.py
+    p3torchrun --nproc_per_node 2 examples/torch_digits.py
 
-(Debian 12's torchrun fails with its default --redirects/--tee under
-Python 3.11; "--redirects 2 --tee 2" avoids that.)  Or by hand, one shell
-per rank:
+(p3torchrun is torchrun, mended: Debian 12's own torchrun fails with its
+default --redirects/--tee under Python 3.11.)  Or by hand, one shell per
+rank:
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \\
         examples/torch_digits.py
