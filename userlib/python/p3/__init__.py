@@ -510,15 +510,20 @@ class Channel:
         return done
 
     def wait(self, timeout=None):
-        """Poll until nothing registered is pending; the completions."""
+        """Poll until nothing registered is pending; the completions.
+        It polls at least once (timeout=0 takes what is ready).  On
+        timeout, the completions it did take are on the error's
+        .completions, so none is lost."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = []
         while self.pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise _error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
-                             % self.pending)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
             done += self.poll(0.5 if left is None else min(left, 0.5))
+            if self.pending and deadline is not None and time.monotonic() >= deadline:
+                err = _error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
+                             % self.pending)
+                err.completions = done
+                raise err
         return done
 
     def fileno(self):
