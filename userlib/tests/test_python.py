@@ -2,10 +2,13 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Tests of the Python binding (unittest), reported as TAP lines."""
 
+import ctypes
 import errno
+import os
 import selectors
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -423,6 +426,32 @@ class QdiscTest(unittest.TestCase):
             p3.qdisc_add('lo', colour='blue')
         with self.assertRaises(ValueError):
             p3.qdisc_add('lo', handle='10')
+
+
+class LayoutTest(unittest.TestCase):
+    """The ctypes mirrors against the C header, as compiled (tests/layout.c
+    prints offsetof and sizeof; its binary sits beside libp3.so)."""
+    MIRRORS = {'p3_tensor': p3._Tensor, 'p3_plan_opts': p3._PlanOpts,
+               'p3_slice': p3._Slice, 'p3_chan_opts': p3._ChanOpts,
+               'p3_completion': p3._Completion, 'p3_qdisc_opts': p3._QdiscOpts,
+               'p3_band_stats': p3._BandStats, 'p3_xstats': p3._XStats,
+               'p3_qdisc_stats': p3._QdiscStats}
+
+    def test_mirrors_match_the_header(self):
+        lib = os.environ.get('P3_LIB', os.path.join(
+            os.path.dirname(__file__), '..', '..', 'build', 'userlib', 'libp3.so'))
+        out = subprocess.run([os.path.join(os.path.dirname(lib), 'layout')],
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
+        c = {}
+        for line in out.splitlines():
+            struct, field, off, size = line.split()
+            c.setdefault(struct, {})[field] = (int(off), int(size))
+        self.assertEqual(sorted(c), sorted(self.MIRRORS))
+        for struct, cls in self.MIRRORS.items():
+            py = {name: (getattr(cls, name).offset, getattr(cls, name).size)
+                  for name, *_ in cls._fields_}
+            py['-'] = (0, ctypes.sizeof(cls))
+            self.assertEqual(py, c[struct], struct)
 
 
 class TapResult(unittest.TestResult):
