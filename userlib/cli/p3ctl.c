@@ -467,7 +467,7 @@ static int cmd_watch(const struct cli *c)
 
 static int cmd_show(const struct cli *c, int stats)
 {
-	struct p3_qdisc_stats st;
+	struct p3_qdisc_stats st = { 0 };	/* size 0: this layout */
 	int err;
 
 	err = stats ? p3_qdisc_stats(c->dev, c->parent, c->handle, &st)

@@ -118,6 +118,20 @@ int p3_tag_get(int fd, int method);
 
 #define P3_DEFAULT_SLICE	200000	/* 50,000 fp32 parameters, as P3 */
 
+/*
+ * Structs that grow.  The option and statistics structs (p3_plan_opts,
+ * p3_chan_opts, p3_qdisc_opts, p3_qdisc_stats) begin with `size`: the
+ * caller's sizeof, or 0 for the first layout (LIBP3_1's, these
+ * definitions), so a zeroed struct is always right.  New fields are only
+ * ever appended.  A newer libp3 reads only the first `size` bytes of an
+ * older caller's options and keeps its defaults for the rest, and writes
+ * only `size` bytes of statistics.  Options from a newer caller that set
+ * a field this libp3 does not know (a non-zero byte past its own layout)
+ * fail with -E2BIG instead of being ignored; a size below the first
+ * layout fails with -EINVAL.  The records passed in arrays (p3_tensor,
+ * p3_slice, p3_send, p3_completion) keep their layout for LIBP3_1.
+ */
+
 struct p3_tensor {
 	const char	*name;		/* informational, may be NULL */
 	uint64_t	bytes;		/* 0-byte tensors produce no slices */
@@ -125,6 +139,7 @@ struct p3_tensor {
 };
 
 struct p3_plan_opts {
+	uint32_t	size;		/* sizeof(struct p3_plan_opts), 0 = first layout */
 	unsigned int	bands;		/* levels to use, 1..64; 0 = 8 */
 	uint64_t	slice_bytes;	/* cut size; 0 = P3_DEFAULT_SLICE */
 	uint64_t	merge_bytes;	/* merged-message cap; 0 = slice_bytes */
@@ -239,6 +254,7 @@ struct p3_chan;
 struct p3_listener;
 
 struct p3_chan_opts {
+	uint32_t	size;		/* set by p3_chan_opts_init(); 0 = first layout */
 	unsigned int	bands;		/* sockets (= levels) per channel, 1..64 */
 	int		tag_method;	/* enum p3_tag_method */
 	int		notsent_lowat;	/* -1 default, 0 leave unchanged */
@@ -420,6 +436,7 @@ void p3_chan_close(struct p3_chan *c);
 #define P3_QOPT_BUCKETS		(1u << 7)
 
 struct p3_qdisc_opts {
+	uint32_t	size;		/* sizeof(struct p3_qdisc_opts), 0 = first layout */
 	uint32_t	mask;		/* P3_QOPT_* */
 	uint8_t		bands;		/* 2..64 */
 	uint8_t		defband;	/* band of untagged packets */
@@ -471,6 +488,7 @@ struct p3_xstats {
 };
 
 struct p3_qdisc_stats {
+	uint32_t		size;	/* the caller's sizeof, 0 = first layout */
 	uint32_t		handle;
 	uint32_t		parent;
 	struct p3_qdisc_opts	opts;	/* as the kernel reports them */

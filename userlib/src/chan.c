@@ -48,6 +48,7 @@ P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
 	if (!o)
 		return;
 	*o = (struct p3_chan_opts){
+		.size = sizeof(*o),
 		.bands = DEFAULT_BANDS,
 		.tag_method = P3_METHOD_DEFAULT,
 		.notsent_lowat = -1,
@@ -55,6 +56,12 @@ P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
 		.max_payload = P3_DEFAULT_MAX_PAYLOAD,
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
 	};
+}
+
+int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts)
+{
+	p3_chan_opts_init(o);
+	return opts ? p3_struct_in(o, sizeof(*o), P3_CHAN_OPTS_SIZE_1, opts) : 0;
 }
 
 struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload)

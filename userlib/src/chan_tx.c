@@ -607,10 +607,9 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	if (!out || !port)
 		return -EINVAL;
 	*out = NULL;
-	if (opts)
-		o = *opts;
-	else
-		p3_chan_opts_init(&o);
+	err = chan_opts_read(&o, opts);
+	if (err)
+		return err;
 	err = check_opts(&o);
 	if (err)
 		return err;

@@ -40,6 +40,23 @@ static inline uint64_t get_be64(const uint8_t *p)
 	return be64toh(v);
 }
 
+/*
+ * struct.c: the growable structs' rule (p3.h, "Structs that grow").  Each
+ * first layout's size is the struct's sizeof today; when a field is
+ * appended, it becomes offsetof() that field.
+ */
+#define P3_PLAN_OPTS_SIZE_1	sizeof(struct p3_plan_opts)
+#define P3_CHAN_OPTS_SIZE_1	sizeof(struct p3_chan_opts)
+#define P3_QDISC_OPTS_SIZE_1	sizeof(struct p3_qdisc_opts)
+#define P3_QDISC_STATS_SIZE_1	sizeof(struct p3_qdisc_stats)
+
+/* Read the caller's options src over dst (dst_size bytes, holding the
+ * defaults); dst->size becomes dst_size.  0, -EINVAL or -E2BIG. */
+int p3_struct_in(void *dst, size_t dst_size, size_t first_size, const void *src);
+/* How many bytes of src (src_size) fit the caller's struct at dst, whose
+ * size field says (0: first_size); -EINVAL if below first_size. */
+int p3_struct_out_len(const void *dst, size_t src_size, size_t first_size);
+
 /* tag.c: resolve P3_METHOD_DEFAULT to the process-wide method. */
 int p3_tag_resolve(int method);
 

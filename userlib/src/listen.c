@@ -76,10 +76,9 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (opts)
-		o = *opts;
-	else
-		p3_chan_opts_init(&o);
+	err = chan_opts_read(&o, opts);
+	if (err)
+		return err;
 	if (o.max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
 		return -EINVAL;
 	err = getaddrinfo(host, port ? port : "0", &hints, &res);

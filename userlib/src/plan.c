@@ -61,12 +61,16 @@ static int plan_order(const struct p3_tensor *t, size_t n, uint32_t **order)
 	return 0;
 }
 
-static int plan_opts(const struct p3_plan_opts *o, struct plan_ctx *pc)
+static int plan_opts(const struct p3_plan_opts *opts, struct plan_ctx *pc)
 {
-	struct p3_plan_opts def = { 0 };
+	struct p3_plan_opts def = { 0 }, *o = &def;
+	int err;
 
-	if (!o)
-		o = &def;
+	if (opts) {
+		err = p3_struct_in(o, sizeof(*o), P3_PLAN_OPTS_SIZE_1, opts);
+		if (err)
+			return err;
+	}
 	pc->bands = o->bands ? o->bands : 8;
 	pc->slice = o->slice_bytes ? o->slice_bytes : P3_DEFAULT_SLICE;
 	pc->merge = o->merge_bytes ? o->merge_bytes : pc->slice;

@@ -192,13 +192,20 @@ static int build_msg(int ifindex, uint32_t parent, uint32_t handle, int del, int
 }
 
 static int qdisc_request(const char *ifname, uint32_t parent, uint32_t handle, int del,
-			 int flags, const struct p3_qdisc_opts *o)
+			 int flags, const struct p3_qdisc_opts *opts)
 {
+	struct p3_qdisc_opts mine = { 0 }, *o = NULL;
 	struct nl_sock *sk;
 	struct nl_msg *msg;
 	int ifindex, err;
 
 	p3_set_extack("", 0);
+	if (opts) {
+		err = p3_struct_in(&mine, sizeof(mine), P3_QDISC_OPTS_SIZE_1, opts);
+		if (err)
+			return err;
+		o = &mine;
+	}
 	if (!ifname || check_opts(o))
 		return -EINVAL;
 	ifindex = (int)if_nametoindex(ifname);
@@ -254,17 +261,15 @@ static int dump(struct nl_sock *sk, int type, struct p3_nl_dump *d, uint32_t par
 	return err;
 }
 
-static int qdisc_query(const char *ifname, uint32_t parent, uint32_t handle,
-		       struct p3_qdisc_stats *st, int classes)
+static int qdisc_query_into(const char *ifname, uint32_t parent, uint32_t handle,
+			    struct p3_qdisc_stats *st, int classes)
 {
 	struct p3_nl_dump d = { .parent = parent, .handle = handle, .st = st };
 	struct nl_sock *sk;
 	int err;
 
-	p3_set_extack("", 0);
-	if (!ifname || !st)
+	if (!ifname)
 		return -EINVAL;
-	memset(st, 0, sizeof(*st));
 	d.ifindex = if_nametoindex(ifname);
 	if (!d.ifindex)
 		return -ENODEV;
@@ -279,6 +284,28 @@ static int qdisc_query(const char *ifname, uint32_t parent, uint32_t handle,
 		err = dump(sk, RTM_GETTCLASS, &d, st->handle, parse_classes);
 	nl_socket_free(sk);
 	return err;
+}
+
+/* The caller's struct gets as much as its size field says it holds. */
+static int qdisc_query(const char *ifname, uint32_t parent, uint32_t handle,
+		       struct p3_qdisc_stats *out, int classes)
+{
+	struct p3_qdisc_stats st = { 0 };
+	int n, err;
+
+	p3_set_extack("", 0);
+	if (!out)
+		return -EINVAL;
+	n = p3_struct_out_len(out, sizeof(st), P3_QDISC_STATS_SIZE_1);
+	if (n < 0)
+		return n;
+	err = qdisc_query_into(ifname, parent, handle, &st, classes);
+	if (err)
+		return err;
+	st.size = (uint32_t)n;
+	st.opts.size = sizeof(st.opts);
+	memcpy(out, &st, (size_t)n);
+	return 0;
 }
 
 P3_EXPORT int p3_qdisc_get(const char *ifname, uint32_t parent, uint32_t handle,

@@ -19,14 +19,14 @@ int main(void)
 	SIZE(p3_tensor);
 	FIELD(p3_tensor, name); FIELD(p3_tensor, bytes); FIELD(p3_tensor, fwd);
 	SIZE(p3_plan_opts);
-	FIELD(p3_plan_opts, bands); FIELD(p3_plan_opts, slice_bytes);
+	FIELD(p3_plan_opts, size); FIELD(p3_plan_opts, bands); FIELD(p3_plan_opts, slice_bytes);
 	FIELD(p3_plan_opts, merge_bytes); FIELD(p3_plan_opts, alpha_s);
 	FIELD(p3_plan_opts, beta_s_per_byte);
 	SIZE(p3_slice);
 	FIELD(p3_slice, tensor); FIELD(p3_slice, msg); FIELD(p3_slice, offset);
 	FIELD(p3_slice, length); FIELD(p3_slice, prio); FIELD(p3_slice, level);
 	SIZE(p3_chan_opts);
-	FIELD(p3_chan_opts, bands); FIELD(p3_chan_opts, tag_method);
+	FIELD(p3_chan_opts, size); FIELD(p3_chan_opts, bands); FIELD(p3_chan_opts, tag_method);
 	FIELD(p3_chan_opts, notsent_lowat); FIELD(p3_chan_opts, chan_id);
 	FIELD(p3_chan_opts, max_queued); FIELD(p3_chan_opts, max_payload);
 	FIELD(p3_chan_opts, timeout_ms); FIELD(p3_chan_opts, progress);
@@ -36,7 +36,7 @@ int main(void)
 	FIELD(p3_completion, bytes); FIELD(p3_completion, t_first_ns);
 	FIELD(p3_completion, t_done_ns);
 	SIZE(p3_qdisc_opts);
-	FIELD(p3_qdisc_opts, mask); FIELD(p3_qdisc_opts, bands);
+	FIELD(p3_qdisc_opts, size); FIELD(p3_qdisc_opts, mask); FIELD(p3_qdisc_opts, bands);
 	FIELD(p3_qdisc_opts, defband); FIELD(p3_qdisc_opts, tag);
 	FIELD(p3_qdisc_opts, limit); FIELD(p3_qdisc_opts, memory);
 	FIELD(p3_qdisc_opts, quantum); FIELD(p3_qdisc_opts, rate);
@@ -54,7 +54,7 @@ int main(void)
 	FIELD(p3_xstats, drops_memory); FIELD(p3_xstats, drops_alloc);
 	FIELD(p3_xstats, throttled);
 	SIZE(p3_qdisc_stats);
-	FIELD(p3_qdisc_stats, handle); FIELD(p3_qdisc_stats, parent);
+	FIELD(p3_qdisc_stats, size); FIELD(p3_qdisc_stats, handle); FIELD(p3_qdisc_stats, parent);
 	FIELD(p3_qdisc_stats, opts); FIELD(p3_qdisc_stats, total);
 	FIELD(p3_qdisc_stats, have_xstats); FIELD(p3_qdisc_stats, xstats);
 	FIELD(p3_qdisc_stats, nbands); FIELD(p3_qdisc_stats, band);

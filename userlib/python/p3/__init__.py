@@ -70,7 +70,8 @@ class _Tensor(ctypes.Structure):
 
 
 class _PlanOpts(ctypes.Structure):
-    _fields_ = [('bands', _uint), ('slice_bytes', _u64), ('merge_bytes', _u64),
+    _fields_ = [('size', _u32), ('bands', _uint), ('slice_bytes', _u64),
+                ('merge_bytes', _u64),
                 ('alpha_s', ctypes.c_double),
                 ('beta_s_per_byte', ctypes.c_double)]
 
@@ -81,7 +82,7 @@ class _Slice(ctypes.Structure):
 
 
 class _ChanOpts(ctypes.Structure):
-    _fields_ = [('bands', _uint), ('tag_method', _int),
+    _fields_ = [('size', _u32), ('bands', _uint), ('tag_method', _int),
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
                 ('timeout_ms', _int), ('progress', _int),
@@ -94,7 +95,8 @@ class _Completion(ctypes.Structure):
 
 
 class _QdiscOpts(ctypes.Structure):
-    _fields_ = [('mask', _u32), ('bands', _u8), ('defband', _u8), ('tag', _u8),
+    _fields_ = [('size', _u32), ('mask', _u32), ('bands', _u8), ('defband', _u8),
+                ('tag', _u8),
                 ('limit', _u32), ('memory', _u32), ('quantum', _u32),
                 ('rate', _u64), ('buckets', _u32)]
 
@@ -115,7 +117,8 @@ class _XStats(ctypes.Structure):
 
 
 class _QdiscStats(ctypes.Structure):
-    _fields_ = [('handle', _u32), ('parent', _u32), ('opts', _QdiscOpts),
+    _fields_ = [('size', _u32), ('handle', _u32), ('parent', _u32),
+                ('opts', _QdiscOpts),
                 ('total', _BandStats), ('have_xstats', _int),
                 ('xstats', _XStats), ('nbands', _uint),
                 ('band', _BandStats * MAX_BANDS)]
@@ -313,8 +316,8 @@ def plan(tensors, bands=8, slice_bytes=None, alpha=0.0, beta=0.0,
         name = None if t.name is None else str(t.name).encode()
         names.append(name)
         arr[i] = _Tensor(name, t.bytes, t.fwd)
-    opts = _PlanOpts(int(bands), int(slice_bytes or 0), int(merge_bytes or 0),
-                     float(alpha), float(beta))
+    opts = _PlanOpts(ctypes.sizeof(_PlanOpts), int(bands), int(slice_bytes or 0),
+                     int(merge_bytes or 0), float(alpha), float(beta))
     out = _P(_Slice)()
     n = _size()
     _check(_plan(arr, len(ts), ctypes.byref(opts), ctypes.byref(out),
@@ -650,7 +653,7 @@ def _handle_str(h):
 
 
 def _qopts(kw):
-    o = _QdiscOpts()
+    o = _QdiscOpts(size=ctypes.sizeof(_QdiscOpts))
     for name, bit in _QOPTS:
         v = kw.pop(name, None)
         if v is None:
@@ -698,7 +701,7 @@ def _band_dict(b):
 
 def qdisc_stats(dev, parent='root', handle=None):
     """Options, totals, xstats and per-band statistics as a dict."""
-    st = _QdiscStats()
+    st = _QdiscStats(size=ctypes.sizeof(_QdiscStats))
     _check(_qdisc_stats(dev.encode(), _handle_id(parent, 0xffffffff),
                         _handle_id(handle, 0), ctypes.byref(st)),
            'qdisc stats', extack=True)

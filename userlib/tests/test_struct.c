@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The rule of the structs that grow (p3.h): callers built against an
+ * older, the same or a newer header, through the public calls that read
+ * options and the helper that sizes what statistics calls write.
+ */
+#include <errno.h>
+
+#include "internal.h"
+#include "tap.h"
+
+/* A caller from a header one field newer than ours. */
+struct plan_opts_next {
+	struct p3_plan_opts	o;
+	uint64_t		next_field;
+};
+
+struct chan_opts_next {
+	struct p3_chan_opts	o;
+	uint64_t		next_field;
+};
+
+static int plan_with(const struct p3_plan_opts *o)
+{
+	struct p3_tensor t = { .name = "w", .bytes = 1000, .fwd = 0 };
+	struct p3_slice *s = NULL;
+	size_t n = 0;
+	int err = p3_plan(&t, 1, o, &s, &n);
+
+	p3_plan_free(s);
+	return err;
+}
+
+static void test_plan_opts(void)
+{
+	struct plan_opts_next x = { { .bands = 4 }, 0 };
+
+	ok(plan_with(&x.o) == 0, "plan options with size 0 read as the first layout");
+	x.o.size = sizeof(x.o);
+	ok(plan_with(&x.o) == 0, "plan options with this header's size");
+	x.o.size = sizeof(x);
+	ok(plan_with(&x.o) == 0, "a newer caller's options, its new field left zero");
+	x.next_field = 7;
+	ok_err(plan_with(&x.o), -E2BIG, "a newer caller's field this library would ignore: -E2BIG");
+	x.o.size = sizeof(uint32_t) * 2;
+	ok_err(plan_with(&x.o), -EINVAL, "a size below the first layout: -EINVAL");
+	x.o.size = sizeof(x.o);
+	x.o.bands = 65;
+	ok_err(plan_with(&x.o), -EINVAL, "the fields are still checked");
+}
+
+static void test_chan_opts(void)
+{
+	struct chan_opts_next x = { .next_field = 0 };
+	struct p3_listener *l = NULL;
+
+	p3_chan_opts_init(&x.o);
+	ok(x.o.size == sizeof(x.o), "p3_chan_opts_init() sets the size");
+	x.o.size = sizeof(x);
+	x.o.timeout_ms = 1234;
+	ok(p3_listen("127.0.0.1", "0", &x.o, &l) == 0, "listen with a newer caller's options");
+	p3_listener_close(l);
+	x.next_field = 1;
+	ok_err(p3_listen("127.0.0.1", "0", &x.o, &l), -E2BIG,
+	       "listen refuses a field it does not know");
+	x.o.size = 3;
+	ok_err(p3_listen("127.0.0.1", "0", &x.o, &l), -EINVAL, "listen refuses a short size");
+}
+
+static void test_read_keeps_defaults(void)
+{
+	struct p3_chan_opts dst, src = { .size = offsetof(struct p3_chan_opts, timeout_ms) };
+
+	/* As a later libp3 sees an older caller: the fields the caller's
+	 * struct does not reach keep their defaults. */
+	src.bands = 3;
+	src.timeout_ms = 999;	/* beyond src.size: not the caller's */
+	p3_chan_opts_init(&dst);
+	ok(p3_struct_in(&dst, sizeof(dst), offsetof(struct p3_chan_opts, timeout_ms), &src) == 0 &&
+	   dst.bands == 3 && dst.timeout_ms != 999 && dst.size == sizeof(dst),
+	   "an older caller's fields are read, the rest keep their defaults");
+}
+
+static void test_out_len(void)
+{
+	struct p3_qdisc_stats st = { 0 };
+	const size_t first = offsetof(struct p3_qdisc_stats, band);
+
+	ok(p3_struct_out_len(&st, sizeof(st), sizeof(st)) == (int)sizeof(st),
+	   "statistics: size 0 gets the first layout whole");
+	st.size = (uint32_t)first;
+	ok(p3_struct_out_len(&st, sizeof(st), first) == (int)first,
+	   "an older caller's statistics get only its own size");
+	st.size = sizeof(st) + 64;
+	ok(p3_struct_out_len(&st, sizeof(st), sizeof(st)) == (int)sizeof(st),
+	   "a newer caller's get what this library has");
+	st.size = 4;
+	ok_err(p3_struct_out_len(&st, sizeof(st), sizeof(st)), -EINVAL,
+	       "a size below the first layout: -EINVAL");
+}
+
+int main(void)
+{
+	test_plan_opts();
+	test_chan_opts();
+	test_read_keeps_defaults();
+	test_out_len();
+	return tap_done();
+}
