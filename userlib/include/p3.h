@@ -261,7 +261,7 @@ struct p3_chan_opts {
 	uint64_t	chan_id;	/* sender: 0 = random */
 	size_t		max_queued;	/* sender memory bound, bytes */
 	uint32_t	max_payload;	/* largest frame payload either side */
-	int		timeout_ms;	/* connect / hello timeout */
+	int		timeout_ms;	/* connect / hello timeout, -1 none */
 	int		progress;	/* 1: a background thread moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */

@@ -99,7 +99,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	}
 	l->fd = fd;
 	l->max_payload = o.max_payload;
-	l->timeout_ms = o.timeout_ms > 0 ? o.timeout_ms : 10000;
+	l->timeout_ms = o.timeout_ms ? o.timeout_ms : 10000;	/* < 0: never */
 	l->progress = o.progress;
 	l->peer_timeout_ms = o.peer_timeout_ms;
 	*out = l;
@@ -149,6 +149,10 @@ static void listener_expire(struct p3_listener *l)
 {
 	uint64_t limit = (uint64_t)l->timeout_ms * 1000000u, now = p3_now_ns();
 	unsigned int i;
+
+	/* Never: the oldest still makes room when the tables are full. */
+	if (l->timeout_ms < 0)
+		return;
 
 	for (i = l->npend; i-- > 0;)
 		if (now - l->pend[i].since > limit)

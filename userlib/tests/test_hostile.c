@@ -475,6 +475,24 @@ static void test_expiry(void)
 	       "band 1, 400 ms after band 0 with timeout 300 ms: the channel has expired");
 	ok(closed_by_peer(fd[0], 1000), "the expired band's connection is closed");
 	p3_chan_close(c);
+	c = NULL;
+	close(fd[0]);
+	close(fd[1]);
+	p3_listener_close(l);
+
+	/* timeout_ms -1: a half-made channel waits as long as it takes. */
+	o.timeout_ms = -1;
+	p3_listen("127.0.0.1", "0", &o, &l);
+	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+	fd[0] = raw_socket();
+	raw_hello(fd[0], 67, 0, 2);
+	ok_err(p3_accept(l, 100, &c), -ETIMEDOUT, "timeout -1: band 0 alone makes no channel");
+	usleep(400 * 1000);
+	fd[1] = raw_socket();
+	raw_hello(fd[1], 67, 1, 2);
+	ok(p3_accept(l, 2000, &c) == 0 && c && p3_chan_id(c) == 67,
+	   "timeout -1: band 1, 400 ms later, still completes the channel");
+	p3_chan_close(c);
 	close(fd[0]);
 	close(fd[1]);
 	p3_listener_close(l);

@@ -233,6 +233,16 @@ class ChannelTest(unittest.TestCase):
                 s.close()
             rx.close()
 
+    def test_timeouts_mean_the_same(self):
+        # None: no bound (-1 for libp3), 0: no wait, seconds round up.
+        self.assertEqual([p3._opts(timeout=t).timeout_ms for t in (None, 0, 0.0001, 2)],
+                         [-1, 0, 1, 2000])
+        with p3.Listener(timeout=None) as lst:  # half-made channels never expire
+            t = _sender(lst.port, lambda ch: None, bands=2)
+            rx = lst.accept(timeout=30)
+            t.join()
+            rx.close()
+
     def test_wait_timeout_keeps_completions(self):
         a = np.arange(1000, dtype=np.float32)
         with p3.Listener() as lst:

@@ -368,7 +368,7 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
     o.chan_id = int(chan_id)
     o.max_queued = int(max_queued)
     o.max_payload = int(max_payload)
-    o.timeout_ms = _ms(timeout) if timeout is not None else 10000
+    o.timeout_ms = _ms(timeout)     # None: -1, no bound
     o.progress = 1 if progress else 0
     o.peer_timeout_ms = -1 if peer_timeout is None else max(1, _ms(peer_timeout))
     return o
