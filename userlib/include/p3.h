@@ -303,10 +303,24 @@ int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t 
 		 uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
 		 int timeout_ms);
 
+/* A tensor's memory, as p3_chan_send_plan_bufs() reads it. */
+struct p3_buf {
+	const void	*data;
+	uint64_t	len;		/* bytes */
+};
+
 /*
- * Queue a plan: bufs[tensor] holds each tensor; slices sharing a msg id
- * (adjacent in the plan) become one message.
+ * Queue a plan, all of it or (on any error) none of it: bufs[tensor] holds
+ * each tensor, nbufs of them; slices sharing a msg id (adjacent in the
+ * plan) become one message.  A slice of a tensor at or past nbufs, or
+ * reaching past its buffer's len, fails with -P3_ERANGE.
  */
+int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s, size_t n,
+			   const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
+			   int timeout_ms);
+
+/* As p3_chan_send_plan_bufs(), with bare pointers that the library cannot
+ * bound: a slice past its buffer reads past it.  Prefer the _bufs form. */
 int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
 		      const void *const *bufs, uint64_t iter, int timeout_ms);
 

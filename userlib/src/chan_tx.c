@@ -430,16 +430,22 @@ P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio,
 /* A plan as messages: adjacent slices sharing a msg id are one message,
  * at the most urgent priority among them.  Returns the message count, or
  * -EINVAL for a slice without its buffer or a message across levels. */
-static ssize_t plan_specs(const struct p3_slice *s, size_t n, const void *const *bufs,
-			  struct p3_send *v, struct tx_spec *spec)
+static ssize_t plan_specs(const struct p3_slice *s, size_t n, const struct p3_buf *bufs,
+			  size_t nbufs, struct p3_send *v, struct tx_spec *spec)
 {
+	const struct p3_buf *b;
 	size_t i, nspec = 0;
 
 	for (i = 0; i < n; i++) {
-		if (!bufs[s[i].tensor])
+		if (s[i].tensor >= nbufs)
+			return -P3_ERANGE;
+		b = &bufs[s[i].tensor];
+		if (!b->data)
 			return -EINVAL;
+		if (s[i].offset > b->len || s[i].length > b->len - s[i].offset)
+			return -P3_ERANGE;
 		v[i] = (struct p3_send){ .tensor = s[i].tensor, .offset = s[i].offset,
-					 .data = (const uint8_t *)bufs[s[i].tensor] + s[i].offset,
+					 .data = (const uint8_t *)b->data + s[i].offset,
 					 .length = s[i].length };
 		if (i && s[i].msg == s[i - 1].msg) {
 			if (s[i].level != spec[nspec - 1].level)
@@ -455,8 +461,9 @@ static ssize_t plan_specs(const struct p3_slice *s, size_t n, const void *const 
 	return (ssize_t)nspec;
 }
 
-P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
-				const void *const *bufs, uint64_t iter, int timeout_ms)
+P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s, size_t n,
+				     const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
+				     int timeout_ms)
 {
 	struct tx_spec *spec;
 	struct p3_send *v;
@@ -472,7 +479,7 @@ P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, siz
 	v = malloc(n * sizeof(*v));
 	spec = malloc(n * sizeof(*spec));
 	err = v && spec ? 0 : -ENOMEM;
-	nspec = err ? err : plan_specs(s, n, bufs, v, spec);
+	nspec = err ? err : plan_specs(s, n, bufs, nbufs, v, spec);
 	if (nspec < 0) {
 		err = (int)nspec;
 	} else {
@@ -484,6 +491,29 @@ P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, siz
 	}
 	free(v);
 	free(spec);
+	return err;
+}
+
+P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
+				const void *const *bufs, uint64_t iter, int timeout_ms)
+{
+	struct p3_buf *b;
+	size_t i, nbufs = 0;
+	int err;
+
+	if (!c || c->role != P3_ROLE_TX || (n && (!s || !bufs)))
+		return -EINVAL;
+	/* Bare pointers: every tensor the plan names, without a bound. */
+	for (i = 0; i < n; i++)
+		if (s[i].tensor >= nbufs)
+			nbufs = (size_t)s[i].tensor + 1;
+	b = calloc(nbufs ? nbufs : 1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (i = 0; i < nbufs; i++)
+		b[i] = (struct p3_buf){ .data = bufs[i], .len = UINT64_MAX };
+	err = p3_chan_send_plan_bufs(c, s, n, b, nbufs, iter, timeout_ms);
+	free(b);
 	return err;
 }
 

@@ -31,6 +31,8 @@ int main(void)
 	FIELD(p3_chan_opts, max_queued); FIELD(p3_chan_opts, max_payload);
 	FIELD(p3_chan_opts, timeout_ms); FIELD(p3_chan_opts, progress);
 	FIELD(p3_chan_opts, peer_timeout_ms);
+	SIZE(p3_buf);
+	FIELD(p3_buf, data); FIELD(p3_buf, len);
 	SIZE(p3_completion);
 	FIELD(p3_completion, tensor); FIELD(p3_completion, iter);
 	FIELD(p3_completion, bytes); FIELD(p3_completion, t_first_ns);

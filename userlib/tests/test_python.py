@@ -443,7 +443,8 @@ class LayoutTest(unittest.TestCase):
     prints offsetof and sizeof; its binary sits beside libp3.so)."""
     MIRRORS = {'p3_tensor': p3._Tensor, 'p3_plan_opts': p3._PlanOpts,
                'p3_slice': p3._Slice, 'p3_chan_opts': p3._ChanOpts,
-               'p3_completion': p3._Completion, 'p3_qdisc_opts': p3._QdiscOpts,
+               'p3_buf': p3._BufRef, 'p3_completion': p3._Completion,
+               'p3_qdisc_opts': p3._QdiscOpts,
                'p3_band_stats': p3._BandStats, 'p3_xstats': p3._XStats,
                'p3_qdisc_stats': p3._QdiscStats}
 

@@ -355,6 +355,37 @@ static void test_plan_atomic(void)
 	       "plan: a refused plan (%s) queues none of its messages; tensor 0 %s",
 	       p3_strerror(r), p3_chan_pending(rx) == 1 ? "never came" : "came anyway");
 
+	/* With lengths, the library bounds every slice: a plan whose second
+	 * message reads past its buffer, or names a tensor it was not given,
+	 * is refused whole, before anything is queued. */
+	{
+		struct p3_buf bufs[2] = { { a, sizeof(a) }, { c, sizeof(c) } };
+		struct p3_slice over[2] = {
+			{ .tensor = 0, .msg = 0, .offset = 0, .length = sizeof(a) },
+			{ .tensor = 1, .msg = 1, .offset = 50, .length = 51 },
+		};
+		uint8_t rb[sizeof(c)] = { 0 };
+		size_t q = p3_chan_queued(tx);
+
+		r = p3_chan_send_plan_bufs(tx, over, 2, bufs, 2, 0, 0);
+		tap_ok(r == -P3_ERANGE && p3_chan_queued(tx) == q,
+		       "plan_bufs: a slice one byte past its buffer: %s, nothing queued",
+		       p3_strerror(r));
+		r = p3_chan_send_plan_bufs(tx, over, 2, bufs, 1, 0, 0);
+		tap_ok(r == -P3_ERANGE && p3_chan_queued(tx) == q,
+		       "plan_bufs: a tensor past nbufs: %s, nothing queued", p3_strerror(r));
+		over[1].offset = 0;
+		over[1].length = sizeof(c);
+		p3_chan_expect(rx, 1, rb, sizeof(rb), 0);
+		r = p3_chan_send_plan_bufs(tx, over, 2, bufs, 2, 0, 0);
+		while (r == 0 && p3_chan_pending(rx) && p3_chan_poll(rx, 5000) > 0)
+			while (p3_chan_next(rx, &d) == 1)
+				;
+		tap_ok(r == 0 && p3_chan_pending(rx) == 0 &&
+		       !memcmp(ra, a, sizeof(a)) && !memcmp(rb, c, sizeof(c)),
+		       "plan_bufs: the plan in bounds goes whole (%s)", p3_strerror(r));
+	}
+
 	/* Fill the queue (the receiver reads nothing), then a plan that cannot
 	 * fit at once: -EAGAIN, and the queue is as it was. */
 	p3_chan_send(tx, 0, 0, 1, 9, 0, big, sizeof(big), 0);

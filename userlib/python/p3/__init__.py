@@ -89,6 +89,10 @@ class _ChanOpts(ctypes.Structure):
                 ('peer_timeout_ms', _int)]
 
 
+class _BufRef(ctypes.Structure):
+    _fields_ = [('data', _vp), ('len', _u64)]
+
+
 class _Completion(ctypes.Structure):
     _fields_ = [('tensor', _u32), ('iter', _u64), ('bytes', _u64),
                 ('t_first_ns', _u64), ('t_done_ns', _u64)]
@@ -147,8 +151,8 @@ _opts_init = _proto('p3_chan_opts_init', None, _P(_ChanOpts))
 _connect = _proto('p3_chan_connect', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
 _send = _proto('p3_chan_send', _int, _vp, _uint, _u32, _u64, _u32, _u64, _vp,
                _u64, _int)
-_send_plan = _proto('p3_chan_send_plan', _int, _vp, _P(_Slice), _size,
-                    _P(_vp), _u64, _int)
+_send_plan = _proto('p3_chan_send_plan_bufs', _int, _vp, _P(_Slice), _size,
+                    _P(_BufRef), _size, _u64, _int)
 _queued = _proto('p3_chan_queued', _size, _vp)
 _flush = _proto('p3_chan_flush', _int, _vp, _int)
 _listen = _proto('p3_listen', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
@@ -446,11 +450,11 @@ class Channel:
                                  % (i, s.tensor))
             cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
                            s.level)
-        ptrs = (_vp * (max(bufs) + 1))()
+        refs = (_BufRef * (max(bufs) + 1))()
         for t, b in bufs.items():
-            ptrs[t] = b.ptr
-        _check(self._call(_send_plan, cs, len(slices), ptrs, int(iteration),
-                          _ms(timeout)), 'send_plan')
+            refs[t] = _BufRef(b.ptr, b.nbytes)
+        _check(self._call(_send_plan, cs, len(slices), refs, len(refs),
+                          int(iteration), _ms(timeout)), 'send_plan')
 
     @property
     def queued(self):
