@@ -188,12 +188,18 @@ uint64_t p3_plan_suggest_slice(double alpha_s, double beta_s_per_byte,
 #define P3_FRAME_MAGIC		0x50334652u	/* "P3FR" */
 #define P3_FRAME_VERSION	1
 #define P3_FRAME_HDR_LEN	40
-#define P3_HELLO_LEN		16
+#define P3_HELLO_LEN		32
+#define P3_REFUSE_LEN		16
+/* The channel protocol (hello, refusal, data) versions this libp3 speaks;
+ * a hello names the one its channel will speak. */
+#define P3_PROTO_MIN		1
+#define P3_PROTO_MAX		1
 #define P3_DEFAULT_MAX_PAYLOAD	(16u << 20)
 
 enum p3_frame_type {
 	P3_FRAME_DATA,		/* a slice of a tensor */
-	P3_FRAME_HELLO,		/* first frame on a connection: channel, band */
+	P3_FRAME_HELLO,		/* sender's first frame on a connection */
+	P3_FRAME_REFUSE,	/* the receiver's only frame: why it refused */
 };
 
 struct p3_frame {
@@ -241,12 +247,38 @@ int p3_frame_parse_header(const void *buf, size_t len, const struct p3_frame_lim
 int p3_frame_parse(const void *buf, size_t len, const struct p3_frame_limits *lim,
 		   struct p3_frame *f);
 
+/*
+ * The handshake.  Each band's connection opens with a hello; the sender's
+ * data follows at once, without waiting for an answer.  A receiver that
+ * takes the channel says nothing (a reply to a sender that may already
+ * have closed would come back as a reset and turn its clean end into
+ * ECONNRESET).  One that refuses a connection answers it with a refusal
+ * frame, its reason and the newest protocol version it speaks, then
+ * closes it; the sender's band fails with that reason.  Connections are
+ * grouped into a channel by the sender's random cookie, never by its
+ * chan_id, so that two senders are never merged.
+ *
+ * Hello payload, 32 bytes, big endian:
+ *   0 chan_id u64   8 cookie u64   16 band u8   17 bands u8   18 proto u8
+ *  19 zero u8   20 max_payload u32   24 zero u64
+ * Refusal payload, 16 bytes: 0 cookie u64   8 reason u32 (a P3_E* code)
+ *  12 proto u8 (the receiver's newest)   13 zero (3 bytes).
+ * Both carry the band as the header's level.
+ */
+struct p3_hello {
+	uint64_t	chan_id;	/* the sender's label; p3_chan_id() */
+	uint64_t	cookie;		/* random, non-zero: the connections of one channel */
+	uint8_t		band;
+	uint8_t		bands;
+	uint8_t		proto;		/* protocol version of the channel */
+	uint32_t	max_payload;	/* largest payload its frames will carry */
+};
+
 /* Build a hello (P3_FRAME_HDR_LEN + P3_HELLO_LEN bytes) into buf. */
-int p3_hello_build(void *buf, uint64_t chan_id, unsigned int band, unsigned int bands);
+int p3_hello_build(void *buf, const struct p3_hello *h);
 
 /* Parse and check a whole hello frame; returns its wire size. */
-int p3_hello_parse(const void *buf, size_t len, uint64_t *chan_id, unsigned int *band,
-		   unsigned int *bands);
+int p3_hello_parse(const void *buf, size_t len, struct p3_hello *h);
 
 /* --------------------------------------------------------------- channel */
 

@@ -23,6 +23,8 @@ struct tx_msg {
 struct tx_band {
 	int		fd;
 	int		err;		/* sticky: the band is dead */
+	size_t		nrefusal;	/* bytes of a refusal read so far */
+	uint8_t		refusal[P3_FRAME_HDR_LEN + P3_REFUSE_LEN];
 	struct tx_msg	*cur;		/* partly written; never preempted */
 	struct tx_msg	**heap;		/* min-heap on (iter, prio, seq) */
 	size_t		nheap;
@@ -65,6 +67,7 @@ struct p3_chan {
 	int			role;
 	unsigned int		bands;
 	uint64_t		id;
+	uint64_t		cookie;		/* sender: groups its bands at the receiver */
 	uint32_t		max_payload;
 
 	/* Threads: every field below is guarded by lock. */

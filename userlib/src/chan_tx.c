@@ -92,6 +92,36 @@ static void band_fail(struct p3_chan *c, struct tx_band *tb, int err)
 	tb->fd = -1;
 }
 
+/*
+ * The receiver writes to a sender only to refuse it (p3.h, "The
+ * handshake"), then closes.  What it wrote is read while the band has
+ * data to write, and again when a write fails, so that the band's error
+ * names the receiver's reason rather than the broken pipe or reset that
+ * writing into the closed connection brings.  Returns that error, or 0
+ * while the refusal is incomplete (nothing to read yet).
+ */
+static int band_refusal(struct p3_chan *c, struct tx_band *tb)
+{
+	unsigned int reason, proto, b = (unsigned int)(tb - c->tx);
+	ssize_t n;
+	int r;
+
+	do {
+		n = recv(tb->fd, tb->refusal + tb->nrefusal,
+			 sizeof(tb->refusal) - tb->nrefusal, MSG_DONTWAIT);
+		if (n > 0)
+			tb->nrefusal += (size_t)n;
+	} while (n > 0 && tb->nrefusal < sizeof(tb->refusal));
+	if (tb->nrefusal == sizeof(tb->refusal)) {
+		r = p3_refusal_parse(tb->refusal, sizeof(tb->refusal), c->cookie, b,
+				     &reason, &proto);
+		return r < 0 ? r : -(int)reason;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 0;
+	return n < 0 ? -errno : -EPIPE;	/* closed without a word */
+}
+
 /* Write what the socket takes.  Preemption happens here: a message is
  * chosen only when the previous one is completely written. */
 static void band_write(struct p3_chan *c, struct tx_band *tb)
@@ -110,7 +140,9 @@ static void band_write(struct p3_chan *c, struct tx_band *tb)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n <= 0) {
-			band_fail(c, tb, n < 0 ? -errno : -EPIPE);
+			int err = n < 0 ? -errno : -EPIPE, why = band_refusal(c, tb);
+
+			band_fail(c, tb, why ? why : err);
 			return;
 		}
 		tb->cur->sent += n;
@@ -149,7 +181,7 @@ int tx_step(struct p3_chan *c, int wait_ms)
 	for (b = 0; b < c->bands; b++) {
 		if (!band_busy(&c->tx[b]))
 			continue;
-		pfd[n] = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT };
+		pfd[n] = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT | POLLIN };
 		map[n++] = b;
 	}
 	if (!n && !chan_is_engine(c))
@@ -157,9 +189,17 @@ int tx_step(struct p3_chan *c, int wait_ms)
 	r = chan_wait(c, pfd, n, wait_ms);
 	if (r < 0)
 		return r;
-	for (b = 0; b < n; b++)
+	for (b = 0; b < n; b++) {
+		struct tx_band *tb = &c->tx[map[b]];
+
+		if (pfd[b].revents & (POLLIN | POLLHUP | POLLERR)) {
+			r = band_refusal(c, tb);
+			if (r)
+				band_fail(c, tb, r);
+		}
 		if (pfd[b].revents)
-			band_write(c, &c->tx[map[b]]);
+			band_write(c, tb);
+	}
 	return 0;
 }
 
@@ -527,7 +567,10 @@ int tx_push_hello(struct p3_chan *c, unsigned int band)
 	if (!m)
 		return -ENOMEM;
 	*m = (struct tx_msg){ .len = len };
-	p3_hello_build(m->data, c->id, band, c->bands);
+	p3_hello_build(m->data, &(struct p3_hello){
+		.chan_id = c->id, .cookie = c->cookie, .band = (uint8_t)band,
+		.bands = (uint8_t)c->bands, .proto = P3_PROTO_MAX,
+		.max_payload = c->max_payload });
 	/* As the current message it goes before anything queued later. */
 	c->tx[band].cur = m;
 	c->queued += len;
@@ -647,6 +690,8 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	if (err)
 		return err == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
 	c = chan_alloc(P3_ROLE_TX, o.bands, o.chan_id ? o.chan_id : random_id(), o.max_payload);
+	if (c)
+		c->cookie = random_id();	/* never the caller's: ids can repeat */
 	err = c ? -ECONNREFUSED : -ENOMEM;
 	for (ai = res; c && ai; ai = ai->ai_next) {
 		err = connect_addr(c, ai, &o);

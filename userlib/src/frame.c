@@ -23,15 +23,28 @@ enum {
 	OFF_CRC = 36,
 };
 
-/* Hello payload: chan_id u64, band u8, bands u8, then 6 zero bytes. */
+/* Hello and refusal payloads (p3.h, "The handshake"). */
 enum {
 	HELLO_CHAN = 0,
-	HELLO_BAND = 8,
-	HELLO_BANDS = 9,
-	HELLO_RSVD = 10,
+	HELLO_COOKIE = 8,
+	HELLO_BAND = 16,
+	HELLO_BANDS = 17,
+	HELLO_PROTO = 18,
+	HELLO_RSVD1 = 19,
+	HELLO_MAX_PAYLOAD = 20,
+	HELLO_RSVD = 24,
+};
+
+enum {
+	REFUSE_COOKIE = 0,
+	REFUSE_REASON = 8,
+	REFUSE_PROTO = 12,
+	REFUSE_RSVD = 13,
 };
 
 _Static_assert(OFF_CRC + 4 == P3_FRAME_HDR_LEN, "header layout");
+_Static_assert(HELLO_RSVD + 8 == P3_HELLO_LEN, "hello layout");
+_Static_assert(REFUSE_RSVD + 3 == P3_REFUSE_LEN, "refusal layout");
 
 static uint32_t frame_crc(const uint8_t *hdr, const void *payload, uint32_t len)
 {
@@ -47,7 +60,7 @@ P3_EXPORT int p3_frame_header(void *hdr, const struct p3_frame *f, const void *p
 {
 	uint8_t *h = hdr;
 
-	if (!h || !f || (f->length && !payload) || f->type > P3_FRAME_HELLO ||
+	if (!h || !f || (f->length && !payload) || f->type > P3_FRAME_REFUSE ||
 	    f->level >= P3_MAX_BANDS || !f->length || f->offset + f->length < f->offset)
 		return -EINVAL;
 	put_be32(h + OFF_MAGIC, P3_FRAME_MAGIC);
@@ -82,10 +95,12 @@ static int frame_check_format(const uint8_t *h, const struct p3_frame *f)
 		return -P3_EBADMAGIC;
 	if (h[OFF_VERSION] != P3_FRAME_VERSION)
 		return -P3_EVERSION;
-	if (f->type > P3_FRAME_HELLO || h[OFF_FLAGS] || get_be32(h + OFF_RSVD) || !f->length)
+	if (f->type > P3_FRAME_REFUSE || h[OFF_FLAGS] || get_be32(h + OFF_RSVD) || !f->length)
 		return -P3_EBADFRAME;
-	if (f->type == P3_FRAME_HELLO &&
-	    (f->length != P3_HELLO_LEN || f->tensor || f->offset || f->iter))
+	if (f->type == P3_FRAME_DATA)
+		return 0;
+	if (f->length != (f->type == P3_FRAME_HELLO ? P3_HELLO_LEN : P3_REFUSE_LEN) ||
+	    f->tensor || f->offset || f->iter)
 		return -P3_EBADFRAME;
 	return 0;
 }
@@ -154,49 +169,108 @@ P3_EXPORT int p3_frame_parse(const void *buf, size_t len, const struct p3_frame_
 	return P3_FRAME_HDR_LEN + f->length;
 }
 
-P3_EXPORT int p3_hello_build(void *buf, uint64_t chan_id, unsigned int band, unsigned int bands)
+static int all_zero(const uint8_t *p, size_t n)
 {
-	uint8_t *h = buf, *p;
-	struct p3_frame f = {
-		.type = P3_FRAME_HELLO,
-		.level = band,
-		.length = P3_HELLO_LEN,
-	};
-
-	if (!buf || !bands || bands > P3_MAX_BANDS || band >= bands)
-		return -EINVAL;
-	p = h + P3_FRAME_HDR_LEN;
-	memset(p, 0, P3_HELLO_LEN);
-	put_be64(p + HELLO_CHAN, chan_id);
-	p[HELLO_BAND] = band;
-	p[HELLO_BANDS] = bands;
-	return p3_frame_header(h, &f, p);
+	while (n--)
+		if (*p++)
+			return 0;
+	return 1;
 }
 
-P3_EXPORT int p3_hello_parse(const void *buf, size_t len, uint64_t *chan_id, unsigned int *band,
-			     unsigned int *bands)
+P3_EXPORT int p3_hello_build(void *buf, const struct p3_hello *h)
 {
-	static const uint8_t zero[P3_HELLO_LEN - HELLO_RSVD];
-	struct p3_frame_limits lim = { .max_payload = P3_HELLO_LEN };
+	uint8_t *b = buf, *p;
+	struct p3_frame f = { .type = P3_FRAME_HELLO, .length = P3_HELLO_LEN };
+
+	if (!buf || !h || !h->bands || h->bands > P3_MAX_BANDS || h->band >= h->bands ||
+	    !h->cookie || !h->proto || !h->max_payload)
+		return -EINVAL;
+	f.level = h->band;
+	p = b + P3_FRAME_HDR_LEN;
+	memset(p, 0, P3_HELLO_LEN);
+	put_be64(p + HELLO_CHAN, h->chan_id);
+	put_be64(p + HELLO_COOKIE, h->cookie);
+	p[HELLO_BAND] = h->band;
+	p[HELLO_BANDS] = h->bands;
+	p[HELLO_PROTO] = h->proto;
+	put_be32(p + HELLO_MAX_PAYLOAD, h->max_payload);
+	return p3_frame_header(b, &f, p);
+}
+
+/* A whole hello or refusal frame: its wire size, or an error.  Its own
+ * length is the payload bound, so a longer one is never read. */
+static int control_parse(const void *buf, size_t len, uint8_t type, uint32_t plen,
+			 struct p3_frame *f)
+{
+	struct p3_frame_limits lim = { .max_payload = plen };
+	int n = p3_frame_parse(buf, len, &lim, f);
+
+	if (n >= 0 && f->type != type)
+		return -P3_EHELLO;
+	return n;
+}
+
+P3_EXPORT int p3_hello_parse(const void *buf, size_t len, struct p3_hello *h)
+{
 	struct p3_frame f;
 	const uint8_t *p;
 	int n;
 
-	n = p3_frame_parse(buf, len, &lim, &f);
+	n = control_parse(buf, len, P3_FRAME_HELLO, P3_HELLO_LEN, &f);
 	if (n < 0)
 		return n;
 	p = f.payload;
-	if (f.type != P3_FRAME_HELLO || memcmp(p + HELLO_RSVD, zero, sizeof(zero)))
+	if (p[HELLO_RSVD1] ||
+	    !all_zero(p + HELLO_RSVD, P3_HELLO_LEN - HELLO_RSVD))
 		return -P3_EHELLO;
 	/* The header's level must agree with the band inside. */
 	if (!p[HELLO_BANDS] || p[HELLO_BANDS] > P3_MAX_BANDS ||
-	    p[HELLO_BAND] >= p[HELLO_BANDS] || p[HELLO_BAND] != f.level)
+	    p[HELLO_BAND] >= p[HELLO_BANDS] || p[HELLO_BAND] != f.level ||
+	    !get_be64(p + HELLO_COOKIE) || !p[HELLO_PROTO] || !get_be32(p + HELLO_MAX_PAYLOAD))
 		return -P3_EHELLO;
-	if (chan_id)
-		*chan_id = get_be64(p + HELLO_CHAN);
-	if (band)
-		*band = p[HELLO_BAND];
-	if (bands)
-		*bands = p[HELLO_BANDS];
+	if (h)
+		*h = (struct p3_hello){
+			.chan_id = get_be64(p + HELLO_CHAN),
+			.cookie = get_be64(p + HELLO_COOKIE),
+			.band = p[HELLO_BAND],
+			.bands = p[HELLO_BANDS],
+			.proto = p[HELLO_PROTO],
+			.max_payload = get_be32(p + HELLO_MAX_PAYLOAD),
+		};
+	return n;
+}
+
+int p3_refusal_build(void *buf, uint64_t cookie, unsigned int band, unsigned int reason,
+		     unsigned int proto)
+{
+	struct p3_frame f = { .type = P3_FRAME_REFUSE, .level = band, .length = P3_REFUSE_LEN };
+	uint8_t *p = (uint8_t *)buf + P3_FRAME_HDR_LEN;
+
+	if (band >= P3_MAX_BANDS || !reason || proto > 255)
+		return -EINVAL;
+	memset(p, 0, P3_REFUSE_LEN);
+	put_be64(p + REFUSE_COOKIE, cookie);
+	put_be32(p + REFUSE_REASON, reason);
+	p[REFUSE_PROTO] = proto;
+	return p3_frame_header(buf, &f, p);
+}
+
+int p3_refusal_parse(const void *buf, size_t len, uint64_t cookie, unsigned int band,
+		     unsigned int *reason, unsigned int *proto)
+{
+	struct p3_frame f;
+	const uint8_t *p;
+	int n;
+
+	n = control_parse(buf, len, P3_FRAME_REFUSE, P3_REFUSE_LEN, &f);
+	if (n < 0)
+		return n;
+	p = f.payload;
+	if (f.level != band ||
+	    get_be64(p + REFUSE_COOKIE) != cookie || !get_be32(p + REFUSE_REASON) ||
+	    !all_zero(p + REFUSE_RSVD, P3_REFUSE_LEN - REFUSE_RSVD))
+		return -P3_EHELLO;
+	*reason = get_be32(p + REFUSE_REASON);
+	*proto = p[REFUSE_PROTO];
 	return n;
 }

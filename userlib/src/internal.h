@@ -57,6 +57,14 @@ int p3_struct_in(void *dst, size_t dst_size, size_t first_size, const void *src)
  * size field says (0: first_size); -EINVAL if below first_size. */
 int p3_struct_out_len(const void *dst, size_t src_size, size_t first_size);
 
+/* frame.c: the receiver's refusal (P3_FRAME_HDR_LEN + P3_REFUSE_LEN bytes;
+ * p3.h, "The handshake").  The parser returns the frame's size, the
+ * reason (a P3_E* code) in *reason and the receiver's version in *proto. */
+int p3_refusal_build(void *buf, uint64_t cookie, unsigned int band, unsigned int reason,
+		     unsigned int proto);
+int p3_refusal_parse(const void *buf, size_t len, uint64_t cookie, unsigned int band,
+		     unsigned int *reason, unsigned int *proto);
+
 /* tag.c: resolve P3_METHOD_DEFAULT to the process-wide method. */
 int p3_tag_resolve(int method);
 

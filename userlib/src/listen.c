@@ -28,7 +28,8 @@ struct pending {
 };
 
 struct group {
-	uint64_t	id;
+	uint64_t	cookie;		/* the sender's: one channel */
+	uint64_t	id;		/* its label */
 	unsigned int	bands;
 	uint64_t	since;
 	uint64_t	seen;		/* bit b: band b has said hello */
@@ -98,7 +99,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 		return -ENOMEM;
 	}
 	l->fd = fd;
-	l->max_payload = o.max_payload;
+	l->max_payload = o.max_payload ? o.max_payload : P3_DEFAULT_MAX_PAYLOAD;
 	l->timeout_ms = o.timeout_ms ? o.timeout_ms : 10000;	/* < 0: never */
 	l->progress = o.progress;
 	l->peer_timeout_ms = o.peer_timeout_ms;
@@ -185,12 +186,12 @@ static void listener_accept(struct p3_listener *l)
 		l->paused_until = p3_now_ns() + FD_PAUSE_MS * 1000000ull;
 }
 
-static struct group *group_get(struct p3_listener *l, uint64_t id, unsigned int bands)
+static struct group *group_get(struct p3_listener *l, const struct p3_hello *h)
 {
 	unsigned int i, oldest;
 
 	for (i = 0; i < l->ngrp; i++)
-		if (l->grp[i].id == id)
+		if (l->grp[i].cookie == h->cookie)
 			return &l->grp[i];
 	if (l->ngrp == MAX_GROUPS) {
 		for (oldest = 0, i = 1; i < l->ngrp; i++)
@@ -198,8 +199,22 @@ static struct group *group_get(struct p3_listener *l, uint64_t id, unsigned int 
 				oldest = i;
 		group_drop(l, oldest, 1);
 	}
-	l->grp[l->ngrp] = (struct group){ .id = id, .bands = bands, .since = p3_now_ns() };
+	l->grp[l->ngrp] = (struct group){ .cookie = h->cookie, .id = h->chan_id,
+					  .bands = h->bands, .since = p3_now_ns() };
 	return &l->grp[l->ngrp++];
+}
+
+/* Tell the sender why (p3.h, "The handshake"), then drop the connection.
+ * The frame fits any socket buffer; if it cannot be written, the sender
+ * learns of the close through its own writes. */
+static void pend_refuse(struct p3_listener *l, unsigned int i, const struct p3_hello *h,
+			unsigned int reason)
+{
+	uint8_t buf[P3_FRAME_HDR_LEN + P3_REFUSE_LEN];
+
+	if (!p3_refusal_build(buf, h->cookie, h->band, reason, P3_PROTO_MAX))
+		(void)!send(l->pend[i].fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT);
+	pend_drop(l, i);
 }
 
 /* Turn a complete group into a receiving channel. */
@@ -230,28 +245,43 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 	return 1;
 }
 
+/* Why this listener cannot take the channel a hello opens, or 0. */
+static int hello_refusal(const struct p3_listener *l, const struct p3_hello *h)
+{
+	if (h->proto < P3_PROTO_MIN || h->proto > P3_PROTO_MAX)
+		return P3_EVERSION;
+	/* Agreeing the bound: the sender's frames must fit our parser. */
+	if (h->max_payload > l->max_payload)
+		return P3_ETOOBIG;
+	return 0;
+}
+
 /* The hello of pend[i] is complete: file it.  1 if a channel came out. */
 static int pend_hello(struct p3_listener *l, unsigned int i, struct p3_chan **out)
 {
-	unsigned int band, bands;
+	struct p3_hello h;
 	struct group *g;
-	uint64_t id;
 	int n, fd = l->pend[i].fd;
 
-	n = p3_hello_parse(l->pend[i].buf, HELLO_WIRE, &id, &band, &bands);
+	n = p3_hello_parse(l->pend[i].buf, HELLO_WIRE, &h);
 	if (n < 0) {
 		pend_drop(l, i);
 		return n;
 	}
-	g = group_get(l, id, bands);
-	if (g->bands != bands || (g->seen & (1ull << band))) {
-		pend_drop(l, i);
+	n = hello_refusal(l, &h);
+	if (n) {
+		pend_refuse(l, i, &h, (unsigned int)n);
+		return -n;
+	}
+	g = group_get(l, &h);
+	if (g->bands != h.bands || g->id != h.chan_id || (g->seen & (1ull << h.band))) {
+		pend_refuse(l, i, &h, P3_EHELLO);
 		return -P3_EHELLO;
 	}
-	g->fd[band] = fd;
-	g->seen |= 1ull << band;
+	g->fd[h.band] = fd;
+	g->seen |= 1ull << h.band;
 	l->pend[i] = l->pend[--l->npend];	/* fd now belongs to the group */
-	if (g->seen != (bands == 64 ? ~0ull : (1ull << bands) - 1))
+	if (g->seen != (h.bands == 64 ? ~0ull : (1ull << h.bands) - 1))
 		return 0;
 	return group_chan(l, g, out);
 }

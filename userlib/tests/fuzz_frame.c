@@ -36,7 +36,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	seed_write(0, b, sizeof(b));
 	b[0] = 0;
 	seed_write(1, b, sizeof(b));
-	p3_hello_build(b + 2, 42, 1, 4);
+	p3_hello_build(b + 2, &(struct p3_hello){ .chan_id = 42, .cookie = 1, .band = 1,
+						   .bands = 4, .proto = P3_PROTO_MAX,
+						   .max_payload = 1024 });
 	seed_write(2, b, 2 + P3_FRAME_HDR_LEN + P3_HELLO_LEN);
 	return 0;
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * Prints the layout of every public struct the Python binding mirrors
- * with ctypes, one line per field ("struct field offset size") and one
+ * with ctypes (and the raw hello of test_python.py), one line per field ("struct field offset size") and one
  * per struct ("struct - 0 sizeof"), so that test_python.py can hold the
  * mirror to the header instead of trusting it.
  */
@@ -33,6 +33,9 @@ int main(void)
 	FIELD(p3_chan_opts, peer_timeout_ms);
 	SIZE(p3_buf);
 	FIELD(p3_buf, data); FIELD(p3_buf, len);
+	SIZE(p3_hello);
+	FIELD(p3_hello, chan_id); FIELD(p3_hello, cookie); FIELD(p3_hello, band);
+	FIELD(p3_hello, bands); FIELD(p3_hello, proto); FIELD(p3_hello, max_payload);
 	SIZE(p3_completion);
 	FIELD(p3_completion, tensor); FIELD(p3_completion, iter);
 	FIELD(p3_completion, bytes); FIELD(p3_completion, t_first_ns);

@@ -217,33 +217,62 @@ static void test_bitflips(void)
 
 static void test_hello(void)
 {
+	const struct p3_hello want = { .chan_id = 0x1122334455667788ull, .cookie = 0xc00c1e,
+				       .band = 2, .bands = 4, .proto = 1, .max_payload = 1 << 20 };
 	uint8_t h[P3_FRAME_HDR_LEN + P3_HELLO_LEN], p[P3_HELLO_LEN];
-	unsigned int band, bands;
+	uint8_t r[P3_FRAME_HDR_LEN + P3_REFUSE_LEN];
 	struct p3_frame f = { .type = P3_FRAME_HELLO, .level = 2, .length = P3_HELLO_LEN };
-	uint64_t id;
+	struct p3_hello got, bad;
+	unsigned int reason, proto;
 
-	ok(p3_hello_build(h, 0x1122334455667788ull, 2, 4) == 0, "build hello");
-	ok(p3_hello_parse(h, sizeof(h), &id, &band, &bands) == (int)sizeof(h) &&
-	   id == 0x1122334455667788ull && band == 2 && bands == 4, "hello round trip");
-	ok(p3_hello_build(h, 1, 4, 4) == -EINVAL && p3_hello_build(h, 1, 0, 65) == -EINVAL,
-	   "hello with band >= bands or bands > 64 is not built");
-	ok_err(p3_hello_parse(h, 30, &id, &band, &bands), -P3_ETRUNC, "short hello: ETRUNC");
-	memset(p, 0, sizeof(p));
-	p[8] = 3;	/* band 3 inside, level 2 outside */
-	p[9] = 4;
+	ok(p3_hello_build(h, &want) == 0, "build hello");
+	ok(p3_hello_parse(h, sizeof(h), &got) == (int)sizeof(h) &&
+	   got.chan_id == want.chan_id && got.cookie == want.cookie && got.band == want.band &&
+	   got.bands == want.bands && got.proto == want.proto &&
+	   got.max_payload == want.max_payload, "hello round trip: every field");
+	bad = want;
+	bad.band = 4;
+	ok(p3_hello_build(h, &bad) == -EINVAL, "hello with band >= bands is not built");
+	bad = want;
+	bad.cookie = 0;
+	ok(p3_hello_build(h, &bad) == -EINVAL, "hello without a cookie is not built");
+	bad = want;
+	bad.proto = 0;
+	ok(p3_hello_build(h, &bad) == -EINVAL, "hello without a protocol version is not built");
+	p3_hello_build(h, &want);
+	ok_err(p3_hello_parse(h, 30, &got), -P3_ETRUNC, "short hello: ETRUNC");
+	memcpy(p, h + P3_FRAME_HDR_LEN, sizeof(p));
+	p[16] = 3;	/* band 3 inside, level 2 outside */
 	p3_frame_header(h, &f, p);
 	memcpy(h + P3_FRAME_HDR_LEN, p, sizeof(p));
-	ok_err(p3_hello_parse(h, sizeof(h), &id, &band, &bands), -P3_EHELLO,
+	ok_err(p3_hello_parse(h, sizeof(h), &got), -P3_EHELLO,
 	       "hello whose band disagrees with its level");
-	p[8] = 2;
-	p[15] = 1;
+	p[16] = 2;
+	p[31] = 1;
 	p3_frame_header(h, &f, p);
 	memcpy(h + P3_FRAME_HDR_LEN, p, sizeof(p));
-	ok_err(p3_hello_parse(h, sizeof(h), &id, &band, &bands), -P3_EHELLO,
+	ok_err(p3_hello_parse(h, sizeof(h), &got), -P3_EHELLO,
 	       "hello with non-zero reserved bytes");
+	p[31] = 0;
+	memset(p + 8, 0, 8);	/* no cookie */
+	p3_frame_header(h, &f, p);
+	memcpy(h + P3_FRAME_HDR_LEN, p, sizeof(p));
+	ok_err(p3_hello_parse(h, sizeof(h), &got), -P3_EHELLO, "hello without a cookie");
 	mk(0, 1, 0, 16, 0);
-	ok_err(p3_hello_parse(frame, P3_FRAME_HDR_LEN + 16, &id, &band, &bands), -P3_EHELLO,
+	ok_err(p3_hello_parse(frame, P3_FRAME_HDR_LEN + 16, &got), -P3_EHELLO,
 	       "a data frame is not a hello");
+
+	ok(p3_refusal_build(r, 0xc00c1e, 2, P3_ETOOBIG, 1) == 0 &&
+	   p3_refusal_parse(r, sizeof(r), 0xc00c1e, 2, &reason, &proto) == (int)sizeof(r) &&
+	   reason == P3_ETOOBIG && proto == 1, "refusal round trip: reason and version");
+	ok(p3_refusal_build(r, 0xc00c1e, 2, 0, 1) == -EINVAL, "a refusal needs a reason");
+	p3_refusal_build(r, 0xc00c1e, 2, P3_ETOOBIG, 1);
+	ok_err(p3_refusal_parse(r, sizeof(r), 0xc00c1f, 2, &reason, &proto), -P3_EHELLO,
+	       "a refusal for another channel's cookie");
+	ok_err(p3_refusal_parse(r, sizeof(r), 0xc00c1e, 1, &reason, &proto), -P3_EHELLO,
+	       "a refusal for another band");
+	ok(p3_refusal_parse(h, sizeof(h), 0xc00c1e, 2, &reason, &proto) < 0,
+	   "a hello is not a refusal");
 }
 
 static void test_strerror(void)

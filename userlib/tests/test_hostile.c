@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "p3.h"
+#include "internal.h"
 #include "tap.h"
 #include "util.h"
 
@@ -70,12 +70,20 @@ static void raw_write(int fd, const void *p, size_t n)
 	}
 }
 
-static void raw_hello(int fd, uint64_t id, unsigned int band, unsigned int bands)
+static void raw_hello_as(int fd, const struct p3_hello *hello)
 {
 	uint8_t h[P3_FRAME_HDR_LEN + P3_HELLO_LEN];
 
-	p3_hello_build(h, id, band, bands);
+	p3_hello_build(h, hello);
 	raw_write(fd, h, sizeof(h));
+}
+
+/* The cookie follows the id, so that one id's bands form one channel. */
+static void raw_hello(int fd, uint64_t id, unsigned int band, unsigned int bands)
+{
+	raw_hello_as(fd, &(struct p3_hello){ .chan_id = id, .cookie = id ^ 0x5eed, .band = band,
+					     .bands = bands, .proto = P3_PROTO_MAX,
+					     .max_payload = 1024 });
 }
 
 /* A valid frame carrying bytes [off, off + len) of tensor id's content. */
@@ -286,7 +294,9 @@ static void test_attacks(void)
 	hb[0][33] = 1;
 	reseal(hb[0], 100);
 	attack("non-zero reserved field", hb[0], n, 0, -P3_EBADFRAME, B_UNTOUCHED);
-	p3_hello_build(hb[0], 1, 1, 2);
+	p3_hello_build(hb[0], &(struct p3_hello){ .chan_id = 1, .cookie = 1, .band = 1, .bands = 2,
+						  .proto = P3_PROTO_MAX,
+						  .max_payload = 1024 });
 	attack("second hello on a data connection", hb[0], P3_FRAME_HDR_LEN + P3_HELLO_LEN, 0,
 	       -P3_EBADFRAME, B_UNTOUCHED);
 }
@@ -375,7 +385,9 @@ static void test_hellos(void)
 	p3_listen("127.0.0.1", "0", NULL, &l);
 	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
 	/* A peer that starts as a p3 frame but breaks its hello is told so. */
-	p3_hello_build(junk, 33, 0, 2);
+	p3_hello_build(junk, &(struct p3_hello){ .chan_id = 33, .cookie = 33, .bands = 2,
+						 .proto = P3_PROTO_MAX,
+						 .max_payload = 1024 });
 	junk[4] = P3_FRAME_VERSION + 1;
 	fd[0] = raw_socket();
 	raw_write(fd[0], junk, sizeof(junk));
@@ -452,6 +464,77 @@ static void test_hellos(void)
 
 /* Out of descriptors: accept() fails with EMFILE while the connection
  * waits in the backlog; p3_accept must wait, not spin on poll(). */
+/* The handshake: channels by cookie, refusals that say why. */
+static void test_handshake(void)
+{
+	struct p3_hello h = { .chan_id = 5, .cookie = 0xa, .band = 0, .bands = 2,
+			      .proto = P3_PROTO_MAX, .max_payload = 1024 };
+	uint8_t r[P3_FRAME_HDR_LEN + P3_REFUSE_LEN];
+	unsigned int reason = 0, proto = 0;
+	struct p3_chan_opts o;
+	struct p3_listener *l;
+	struct p3_chan *c = NULL, *tx = NULL;
+	int fd[4], i, err;
+
+	p3_chan_opts_init(&o);
+	o.max_payload = 64 << 10;
+	p3_listen("127.0.0.1", "0", &o, &l);
+	snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+
+	/* Two senders that picked the same chan_id (a restarted rank, a
+	 * fixed id): band 0 of one and band 1 of the other never make a
+	 * channel together. */
+	for (i = 0; i < 4; i++)
+		fd[i] = raw_socket();
+	raw_hello_as(fd[0], &h);
+	h.cookie = 0xb;
+	h.band = 1;
+	raw_hello_as(fd[1], &h);
+	ok_err(p3_accept(l, 300, &c), -ETIMEDOUT,
+	       "same chan_id, two cookies, one band each: no channel");
+	h.band = 0;
+	raw_hello_as(fd[2], &h);
+	ok(p3_accept(l, 3000, &c) == 0 && c && p3_chan_id(c) == 5,
+	   "the second sender's own band 0 completes its channel");
+	p3_chan_close(c);
+	c = NULL;
+
+	/* A version this listener does not speak: refused, with the reason
+	 * and the newest version it speaks, on the wire. */
+	h.cookie = 0xc;
+	h.proto = P3_PROTO_MAX + 1;
+	raw_hello_as(fd[3], &h);
+	ok_err(p3_accept(l, 3000, &c), -P3_EVERSION, "a hello of protocol %d: P3_EVERSION",
+	       P3_PROTO_MAX + 1);
+	ok(recv(fd[3], r, sizeof(r), MSG_WAITALL) == (ssize_t)sizeof(r) &&
+	   p3_refusal_parse(r, sizeof(r), 0xc, 0, &reason, &proto) == (int)sizeof(r) &&
+	   reason == P3_EVERSION && proto == P3_PROTO_MAX && closed_by_peer(fd[3], 1000),
+	   "the sender reads the refusal (P3_EVERSION, and the version the listener speaks), "
+	   "then EOF");
+	for (i = 0; i < 4; i++)
+		close(fd[i]);
+
+	/* A real sender whose frames may exceed the listener's bound: the
+	 * listener refuses at the hello, and the sender's band fails with
+	 * the listener's reason, not with a reset. */
+	p3_chan_opts_init(&o);
+	o.bands = 1;
+	o.max_payload = 1 << 20;
+	err = p3_chan_connect("127.0.0.1", port, &o, &tx);
+	ok_err(p3_accept(l, 3000, &c), -P3_ETOOBIG,
+	       "max_payload 1 MiB against the listener's 64 KiB: refused at the hello");
+	if (!err) {
+		static uint8_t big[256 << 10];
+
+		err = p3_chan_send(tx, 0, 0, 0, 1, 0, big, sizeof(big), -1);
+		if (!err)
+			err = p3_chan_flush(tx, 5000);
+	}
+	ok_err(err, -P3_ETOOBIG, "the sender learns why: P3_ETOOBIG");
+	p3_chan_close(tx);
+	p3_listener_close(l);
+}
+
 /* A channel short of a band expires timeout_ms after its first
  * connection, even when that time passes outside p3_accept(). */
 static void test_expiry(void)
@@ -541,6 +624,7 @@ int main(void)
 	test_attacks();
 	test_mutations();
 	test_expiry();
+	test_handshake();
 	test_drip();
 	test_hellos();
 	test_emfile();

@@ -20,6 +20,16 @@ import numpy as np
 import p3
 
 
+HELLO_WIRE = 40 + 32     # frame header + hello payload (p3.h)
+
+
+class _Hello(ctypes.Structure):
+    """struct p3_hello, for raw hellos (held to the header by LayoutTest)."""
+    _fields_ = [('chan_id', ctypes.c_uint64), ('cookie', ctypes.c_uint64),
+                ('band', ctypes.c_uint8), ('bands', ctypes.c_uint8),
+                ('proto', ctypes.c_uint8), ('max_payload', ctypes.c_uint32)]
+
+
 def _sender(port, work, bands=4, errors=None):
     """Connect and run work(channel) in a thread; errors collects failures."""
     def run():
@@ -212,10 +222,11 @@ class ChannelTest(unittest.TestCase):
             socks = []
             for band in range(2):
                 s = socket.create_connection(('127.0.0.1', lst.port))
-                hello = bytearray(56)
-                lib = p3._lib
-                buf = (p3.ctypes.c_char * 56).from_buffer(hello)
-                lib.p3_hello_build(buf, p3.ctypes.c_uint64(77), band, 2)
+                hello = bytearray(HELLO_WIRE)
+                buf = (ctypes.c_char * HELLO_WIRE).from_buffer(hello)
+                p3._lib.p3_hello_build(buf, ctypes.byref(_Hello(
+                    chan_id=77, cookie=0xc00c1e, band=band, bands=2, proto=1,
+                    max_payload=1 << 20)))
                 s.sendall(hello)
                 socks.append(s)
             rx = lst.accept(timeout=5)
@@ -280,7 +291,7 @@ class ChannelTest(unittest.TestCase):
             self.assertEqual(probe.recv(1), b'')    # closed by the listener
             probe.close()
             # A p3 frame of a version we do not speak is a sender's error.
-            future = struct.pack('>IB', 0x50334652, 2).ljust(56, b'\0')
+            future = struct.pack('>IB', 0x50334652, 2).ljust(HELLO_WIRE, b'\0')
             junk = socket.create_connection(('127.0.0.1', lst.port))
             junk.sendall(future)
             with self.assertRaises(p3.Error):   # skipped, then timeout
@@ -444,6 +455,7 @@ class LayoutTest(unittest.TestCase):
     MIRRORS = {'p3_tensor': p3._Tensor, 'p3_plan_opts': p3._PlanOpts,
                'p3_slice': p3._Slice, 'p3_chan_opts': p3._ChanOpts,
                'p3_buf': p3._BufRef, 'p3_completion': p3._Completion,
+               'p3_hello': _Hello,
                'p3_qdisc_opts': p3._QdiscOpts,
                'p3_band_stats': p3._BandStats, 'p3_xstats': p3._XStats,
                'p3_qdisc_stats': p3._QdiscStats}
