@@ -18,8 +18,12 @@ for i in 0 1; do
 done
 pids=()
 for i in 0 1; do
+	# GLOO_SOCKET_IFNAME: the guest's hostname resolves to no address of
+	# the namespace, and Gloo would fall back to loopback (unreachable
+	# from the other host).
 	ip netns exec p3t$i env RANK=$i WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 \
 		MASTER_PORT=29500 PYTHONWARNINGS=ignore::RuntimeWarning \
+		GLOO_SOCKET_IFNAME=eth0 \
 		/usr/bin/python3 bench/torch/worker.py \
 		--peer 10.77.0.$((2 - i)) --out "$out" "$@" &
 	pids+=($!)

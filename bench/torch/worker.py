@@ -133,12 +133,22 @@ def run_mode(mode, bulk, args, model, x, y, peer):
             f0, f1 = fwd[i]
             overlap.append(max(0.0, min(done[i - 1], f1) - f0) / (f1 - f0))
         opt.close()
+    same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
     if up:
         up.close()
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'mbit': args.mbit, 'batch': args.batch,
-            'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes}
+            'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
+            'params_equal': same}
+
+
+def params_equal(model):
+    """Do all ranks hold bitwise the same parameters?"""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(p3t.size())]
+    dist.all_gather(every, flat)
+    return all(torch.equal(flat, other) for other in every)
 
 
 def main():
@@ -152,6 +162,8 @@ def main():
     ap.add_argument('--peer', required=True, help="the other rank's address")
     ap.add_argument('--out', required=True)
     ap.add_argument('--progress', action='store_true')
+    ap.add_argument('--check-params', action='store_true',
+                    help='after each mode, compare the ranks\' parameters')
     ap.add_argument('--no-shape', action='store_true',
                     help='leave the qdisc alone (a dry run on loopback)')
     args = ap.parse_args()

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""p3.torch through the real sch_p3: two ranks of bench/torch's VGG-shaped
+model, one per network namespace of the VM, train a few steps with
+schedule p3 while each host's egress is the p3 qdisc (8 bands, tag dscp,
+pacing at 100 Mbit/s).  What make check asks of a real training job:
+
+  - it ends, with every timed step recorded and rank 0's parameters equal
+    to rank 1's, bit for bit (the same averaged gradient reached both);
+  - its gradient slices reached the qdisc tagged by level: band 0 (the
+    first convolutions) and at least four bands in all carried packets on
+    each host, and the most urgent band carried fewer bytes than the
+    fully connected layers' bands (VGG's parameters sit at the end).
+
+Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import p3lib
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+HOSTS = ("p3t0", "p3t1")
+
+
+def bands_used(ns):
+    """Per-band packets and bytes of eth0's p3 qdisc in namespace ns."""
+    return p3lib.class_stats(dev="eth0", ns=ns)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--prefix", default="")
+    args = ap.parse_args()
+    tap = p3lib.Tap(args.prefix)
+    klog = p3lib.KernelLog()
+    out = tempfile.mktemp(prefix="p3torch-", suffix=".jsonl")
+    t0 = time.monotonic()
+    try:
+        p3lib.sh(f"env P3_TORCH_OUT={out} bench/torch/vm.sh --modes p3kernel "
+                 f"--bulk 0 --warmup 1 --iters {args.iters} --batch 8 "
+                 f"--check-params", timeout=1500)
+        with open(out) as f:
+            res = [json.loads(line) for line in f]
+        stats = {ns: bands_used(ns) for ns in HOSTS}
+        err = ""
+    except Exception as e:  # a crashed job is a failed test
+        res, stats, err = [], {}, repr(e)
+    took = time.monotonic() - t0
+
+    r = res[0] if res else {}
+    # The worker times the steps after its warm-up from start to start:
+    # iters - 1 intervals.
+    tap.result(len(r.get("steps") or ()) == args.iters - 1 and r.get("params_equal") is True,
+               "p3.torch, schedule p3 over sch_p3: the job ends, the ranks agree",
+               f"took {took:.0f} s; steps {r.get('steps')}; "
+               f"ranks' parameters equal: {r.get('params_equal')} {err}")
+    for ns in HOSTS:
+        b = stats.get(ns, {})
+        used = sorted(k for k, v in b.items() if v["pkts"])
+        urgent = b.get(0, {}).get("bytes", 0)
+        fattest = max((v["bytes"] for v in b.values()), default=0)
+        tap.result(0 in used and len(used) >= 4 and urgent < fattest,
+                   f"{ns}: gradient slices spread over the bands by level",
+                   "bands with packets %s; bytes per band %s" % (
+                       used, {k: v["bytes"] for k, v in sorted(b.items())}))
+    problems = klog.new_problems()
+    tap.result(not problems, "kernel log clean", "\n".join(problems))
+    for ns in HOSTS:
+        p3lib.sh(f"ip netns del {ns}", check=False)
+    return tap.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
