@@ -341,25 +341,48 @@ def suggest_slice(alpha, beta, link_rate=0.0, max_overhead=0.05):
 
 # ---------------------------------------------------------------- buffers
 
+class _PyBuffer(ctypes.Structure):
+    """CPython's Py_buffer (stable ABI since 3.11)."""
+    _fields_ = [('buf', _vp), ('obj', _vp), ('len', ctypes.c_ssize_t),
+                ('itemsize', ctypes.c_ssize_t), ('readonly', _int), ('ndim', _int),
+                ('format', _cp), ('shape', _vp), ('strides', _vp),
+                ('suboffsets', _vp), ('internal', _vp)]
+
+
+_PyBUF_WRITABLE, _PyBUF_C_CONTIGUOUS = 0x0001, 0x0038
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), _int]
+_get_buffer.restype = _int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
 class _Buf:
-    """A C pointer into a Python buffer, holding the buffer alive."""
+    """A C pointer into the caller's memory, never a copy: any C-contiguous
+    buffer-protocol object (bytes, bytearray, numpy arrays, mmap, ...), or a
+    CPU torch.Tensor through the array that shares its storage.  The
+    buffer stays exported until this is dropped, so that Python cannot
+    resize or free it under the library."""
 
     def __init__(self, obj, writable=False):
-        mv = memoryview(obj)
-        if not mv.c_contiguous:
-            raise ValueError('p3: buffer must be C-contiguous')
-        if mv.ndim != 1 or mv.format != 'B':
-            mv = mv.cast('B')
-        self.nbytes = mv.nbytes
+        if hasattr(obj, 'data_ptr') and hasattr(obj, 'numpy'):
+            obj = obj.detach().numpy()      # shares the tensor's storage
         self.obj = obj
-        if mv.readonly:
-            if writable:
-                raise ValueError('p3: receive buffer is read-only')
-            mv = memoryview(bytearray(mv))   # a private copy to point at
-        self.mv = mv
-        self.arr = (ctypes.c_char * max(1, self.nbytes)).from_buffer(mv) \
-            if self.nbytes else None
-        self.ptr = ctypes.addressof(self.arr) if self.arr is not None else None
+        self._view = _PyBuffer()
+        flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
+        try:
+            _get_buffer(obj, ctypes.byref(self._view), flags)
+        except (BufferError, ValueError) as e:    # read-only, not contiguous
+            raise ValueError('p3: %s buffer: %s' % (
+                'receive' if writable else 'send', e)) from None
+        self.nbytes = self._view.len
+        self.ptr = self._view.buf if self.nbytes else None
+
+    def __del__(self):
+        if getattr(self, '_view', None) is not None and self._view.obj:
+            _release_buffer(ctypes.byref(self._view))
+            self._view = None
 
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
@@ -426,7 +449,8 @@ class Channel:
     # sender
     def send(self, tensor, data, level, iteration=0, offset=0, prio=0,
              timeout=None):
-        """Queue data as one message for tensor at offset (copied)."""
+        """Queue data as one message for tensor at offset.  The library
+        copies it into its queue, so data may be reused on return."""
         b = _Buf(data)
         if not b.nbytes:
             raise ValueError('p3: cannot send an empty buffer')
