@@ -265,8 +265,10 @@ class ChannelTest(unittest.TestCase):
             rx.expect(0, got)
             rx.expect(1, never)
             deadline = time.monotonic() + 10
-            while rx.pending > 1 and time.monotonic() < deadline:
+            while rx.incomplete > 1 and time.monotonic() < deadline:
                 time.sleep(0.05)    # the progress thread receives tensor 0
+            # Complete, but not yet handed over: still pending.
+            self.assertEqual((rx.incomplete, rx.pending), (1, 2))
             # timeout=0 still takes what is ready; the error carries it.
             with self.assertRaises(p3.TimeoutError) as cm:
                 rx.wait(timeout=0)

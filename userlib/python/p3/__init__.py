@@ -535,10 +535,6 @@ class Channel:
         """Move data (or, with progress, wait for it) up to timeout
         seconds; returns the completions that are ready."""
         _check(self._call(_poll, _ms(timeout)), 'poll')
-        return self._ready()
-
-    def _ready(self):
-        """The completions already made, without moving data."""
         done = self._call(self._take)
         for d in done:
             self._release(d.tensor, d.iteration)
@@ -551,19 +547,15 @@ class Channel:
         .completions, so none is lost."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = []
-        while True:
-            if self.pending:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                done += self.poll(0.5 if left is None else min(left, 0.5))
-            if not self.pending:
-                # The progress thread may have completed the last tensors
-                # after that poll took its completions: take theirs too.
-                return done + self._ready()
-            if deadline is not None and time.monotonic() >= deadline:
+        while self.pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done += self.poll(0.5 if left is None else min(left, 0.5))
+            if self.pending and deadline is not None and time.monotonic() >= deadline:
                 err = _error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
                              % self.pending)
                 err.completions = done
                 raise err
+        return done
 
     def fileno(self):
         """A descriptor readable while poll() has something to return
@@ -572,6 +564,17 @@ class Channel:
 
     @property
     def pending(self):
+        """Tensors registered with expect() whose completion poll() or
+        wait() has not yet returned: `while rx.pending: rx.poll(...)`
+        misses none, even when the progress thread completes the last
+        ones after a poll."""
+        with self._mu:
+            return sum(len(q) for q in self._bufs.values())
+
+    @property
+    def incomplete(self):
+        """Registered tensors whose bytes have not all arrived (libp3's
+        p3_chan_pending(); it drops before the completion is taken)."""
         return self._call(_pending)
 
     def band_status(self, band):
