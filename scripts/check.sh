@@ -35,9 +35,9 @@ done
 # The debug-kernel pass (make check-debug), CI-sized. Its kernel is built
 # once per machine (minutes; see selftests/debug-kernel/build.sh). The
 # pass skips, visibly, a suite that would not end by $P3_CHECK_DEADLINE
-# (.ci/run sets it), or 73 minutes after this started.
+# (.ci/run sets it), or 80 minutes after this started.
 suite debug scripts/check-debug.sh --quick \
-	--deadline "${P3_CHECK_DEADLINE:-$((start + 73 * 60))}"
+	--deadline "${P3_CHECK_DEADLINE:-$((start + 80 * 60))}"
 
 passed=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -vc '# SKIP')
 skipped=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -c '# SKIP')
