@@ -13,7 +13,6 @@
 
 #define DEFAULT_BANDS		8
 #define DEFAULT_MAX_QUEUED	(64u << 20)
-#define DEFAULT_TIMEOUT_MS	10000
 #define DEFAULT_PEER_TIMEOUT_MS	30000
 
 /*
@@ -54,7 +53,7 @@ P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
 		.notsent_lowat = -1,
 		.max_queued = DEFAULT_MAX_QUEUED,
 		.max_payload = P3_DEFAULT_MAX_PAYLOAD,
-		.timeout_ms = DEFAULT_TIMEOUT_MS,
+		.timeout_ms = CHAN_DEFAULT_TIMEOUT_MS,
 	};
 }
 

@@ -10,6 +10,9 @@
 
 enum { P3_ROLE_TX = 1, P3_ROLE_RX };
 
+/* Connect and hello timeout when the options leave it 0. */
+#define CHAN_DEFAULT_TIMEOUT_MS	10000
+
 /* Sender: one queued message, its frames already encoded. */
 struct tx_msg {
 	uint64_t	iter;

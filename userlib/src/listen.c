@@ -100,7 +100,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	}
 	l->fd = fd;
 	l->max_payload = o.max_payload ? o.max_payload : P3_DEFAULT_MAX_PAYLOAD;
-	l->timeout_ms = o.timeout_ms ? o.timeout_ms : 10000;	/* < 0: never */
+	l->timeout_ms = o.timeout_ms ? o.timeout_ms : CHAN_DEFAULT_TIMEOUT_MS;	/* < 0: never */
 	l->progress = o.progress;
 	l->peer_timeout_ms = o.peer_timeout_ms;
 	*out = l;
