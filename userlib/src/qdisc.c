@@ -322,7 +322,7 @@ P3_EXPORT int p3_qdisc_stats(const char *ifname, uint32_t parent, uint32_t handl
 
 P3_EXPORT int p3_qdisc_del(const char *ifname, uint32_t parent, uint32_t handle)
 {
-	struct p3_qdisc_stats st;
+	struct p3_qdisc_stats st = { .size = sizeof(st) };
 	int err;
 
 	/* Look first: deleting "whatever sits at root" must not hit another
