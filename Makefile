@@ -11,7 +11,7 @@
 # W=1 and C=2 are passed on to kbuild (e.g. `make module W=1 C=2`).
 
 BUILD   := $(CURDIR)/build
-VERSION := 0.1
+VERSION := 0.2
 PREFIX  ?= /usr/local
 DESTDIR ?=
 # Every kernel with headers installed; set KVERS to build for fewer.

@@ -812,7 +812,7 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->bands = P3_DEFAULT_BANDS;
-	cfg->tag = P3_TAG_PRIORITY;
+	cfg->tag = P3_DEFAULT_TAG;
 	cfg->limit = P3_DEFAULT_LIMIT;
 	cfg->buckets = P3_DEFAULT_BUCKETS;
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
@@ -1218,4 +1218,5 @@ module_init(p3_module_init);
 module_exit(p3_module_exit);
 MODULE_AUTHOR("The sch_p3 authors");
 MODULE_DESCRIPTION("Priority-based Parameter Propagation (P3) packet scheduler");
+MODULE_VERSION("0.2");
 MODULE_LICENSE("GPL");

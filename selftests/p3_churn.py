@@ -231,7 +231,7 @@ def test_cycles(args, chk, probe):
 def test_reloads(args, chk, probe):
     worst, gaps, fails = 0.0, [], []
     t_all = time.monotonic()
-    add = f"tc qdisc add dev {SDEV} root handle 1: p3 bands 8 rate 20mbit"
+    add = f"tc qdisc add dev {SDEV} root handle 1: p3 bands 8 tag priority rate 20mbit"
     for i in range(args.reloads):
         t0 = time.monotonic()
         # One shell per cycle: every exec costs under emulation.
@@ -276,7 +276,7 @@ def local_flows(count):
 
 def test_short_flows(args, chk, probe, nl, ifindex):
     router()
-    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 tag priority rate 20mbit")
     # Idle flows of the earlier tests are freed two seconds after they
     # empty (P3_FLOW_EXPIRE).
     time.sleep(2.5)
@@ -311,7 +311,7 @@ def test_short_flows(args, chk, probe, nl, ifindex):
         stop.set()
         th.join(timeout=30)
     t1 = time.monotonic()
-    tc(f"qdisc change dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    tc(f"qdisc change dev {SDEV} root handle 1: p3 bands 8 tag priority rate 20mbit")
     x1 = p3_xstats(nl, ifindex)
     # Idle for P3_FLOW_IDLE (1 s), then the GC timer's next round.
     deadline = time.monotonic() + 10
@@ -374,7 +374,7 @@ def main():
     nl = Rtnl(SND)
     with in_netns(SND):
         ifindex = socket.if_nametoindex(SDEV)
-    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 20mbit")
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 tag priority rate 20mbit")
     sink = Sink()
     flows = [
         p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "6",

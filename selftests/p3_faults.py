@@ -397,7 +397,7 @@ def fill(n_per_band=6, bands=8):
 def test_change(k, chk):
     """Refused changes keep packets and configuration; accepted ones fold
     bands and push out over the limit, with the sums still adding up."""
-    start = dict(bands=8, limit=1000, rate=1000)
+    start = dict(bands=8, tag=0, limit=1000, rate=1000)  # fill() tags SO_PRIORITY
     want = dict(bands=4, limit=20, tag=2, quantum=1514)
     body = newqdisc_body(k.ifindex, TC_H_ROOT, 0x10000, **want)
     state = {}

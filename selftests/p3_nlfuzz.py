@@ -763,16 +763,16 @@ def p3_messages():
 LINK = "20mbit"
 
 PHASES = {
-    "root": (["qdisc replace dev {d} root handle 1: p3 bands 8 rate {rate}"],
+    "root": (["qdisc replace dev {d} root handle 1: p3 bands 8 tag priority rate {rate}"],
              TC_H_ROOT, 0x10000, None),
     "tbf": (["qdisc add dev {d} root handle 1: tbf rate {rate} burst 32k "
              "latency 100ms",
-             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8"],
+             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8 tag priority"],
             0x10001, 0x100000, "tbf"),
     "htb": (["qdisc add dev {d} root handle 1: htb default 1",
              "class add dev {d} parent 1: classid 1:1 htb rate {rate} "
              "ceil {rate}",
-             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8"],
+             "qdisc add dev {d} parent 1:1 handle 10: p3 bands 8 tag priority"],
             0x10001, 0x100000, "htb"),
 }
 

@@ -126,7 +126,7 @@ def accounting(chk, parent, p3_opts, fill):
     for cmd in PARENTS[parent]:
         tc(cmd.format(d=SDEV))
     # 8 bit/s: the first packet leaves, the rest stay for the whole test.
-    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 rate 8bit "
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 rate 8bit tag priority "
        f"{p3_opts}")
     snd = Sender()
     steps = [

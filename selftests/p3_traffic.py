@@ -30,11 +30,14 @@ RATE = "20mbit"
 # TCP payload per wire byte: 1448-byte segments in 1514-byte frames.
 GOODPUT = 1448 / 1514
 BULK, URGENT = "prio:8", "prio:1"   # bands 7 and 0 of an 8-band p3
+# These tags are SO_PRIORITY values, not the qdisc's default source (DSCP).
+TAG = "tag priority"
 
 
 def p3_root(opts=None):
     opts = f"rate {RATE}" if opts is None else opts
-    tc(f"qdisc replace dev {SDEV} root handle 1: p3 {opts}")
+    tag = "" if "tag " in opts else TAG
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 {tag} {opts}")
 
 
 def start_bulk(conns, group=1):
@@ -323,7 +326,7 @@ def tbf_parent(rate=None, burst="32k", latency="100ms"):
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {rate or RATE} "
        f"burst {burst} latency {latency}")
-    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 {TAG}")
 
 
 def htb_parent():
@@ -331,7 +334,7 @@ def htb_parent():
     tc(f"qdisc add dev {SDEV} root handle 1: htb default 1")
     tc(f"class add dev {SDEV} parent 1: classid 1:1 htb rate {RATE} "
        f"ceil {RATE}")
-    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 {TAG}")
 
 
 def test_under_tbf(chk):

@@ -36,6 +36,8 @@ if [ "$kernel" != debug ]; then
 	run /usr/bin/python3 selftests/p3_nlfuzz.py --prefix "$kernel: "
 	run /usr/bin/python3 selftests/p3_churn.py --prefix "$kernel: "
 	run /usr/bin/python3 selftests/p3_faults.py -t libp3 --prefix "$kernel: "
+	# Defaults, container hosts, overlays and p3ctl doctor.
+	run /usr/bin/python3 selftests/p3_deploy.py --prefix "$kernel: "
 	# A real PyTorch job over the qdisc (too slow for the debug kernel).
 	run /usr/bin/python3 selftests/p3_torch.py --prefix "$kernel: torch: "
 fi

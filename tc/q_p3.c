@@ -57,7 +57,7 @@ static void p3_explain(void)
 		"              [ buckets N ]\n"
 		"Defaults: bands " __stringify(P3_DEFAULT_BANDS) " ("
 		__stringify(P3_MIN_BANDS) ".." __stringify(P3_MAX_BANDS) "), "
-		"default bands-1, tag priority, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
+		"default bands-1, tag dscp, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
 		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced),\n"
 		"          buckets " __stringify(P3_DEFAULT_BUCKETS) " (a power of two, "
 		__stringify(P3_MIN_BUCKETS) "..1048576).\n"

@@ -241,7 +241,7 @@ QDISCS = {
              LINUX_TAGS),
     "skbprio": ("skbprio", LINUX_TAGS),
     "fq": ("fq", LINUX_TAGS),
-    "p3-tbf": ("p3 bands 8", P3_TAGS),
+    "p3-tbf": ("p3 bands 8 tag priority", P3_TAGS),
     "p3-rate": (None, P3_TAGS),
 }
 
@@ -254,7 +254,7 @@ def install(name, rate):
     child, _ = QDISCS[name]
     uninstall()
     if child is None:
-        tc_batch(SND, [f"qdisc add dev {SDEV} root handle 10: p3 bands 8 "
+        tc_batch(SND, [f"qdisc add dev {SDEV} root handle 10: p3 bands 8 tag priority "
                        f"rate {rate}"])
         return
     tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: tbf rate {rate} "

@@ -35,6 +35,9 @@ enum p3_tag_source {
 	__P3_TAG_MAX
 };
 #define P3_TAG_MAX (__P3_TAG_MAX - 1)
+/* DSCP needs no privilege and, unlike priority and mark, survives a
+ * packet's crossing from a container's namespace (until 0.2: priority). */
+#define P3_DEFAULT_TAG		P3_TAG_DSCP
 
 /* Attributes nested in TCA_OPTIONS (which must carry NLA_F_NESTED). */
 enum {

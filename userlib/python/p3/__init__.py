@@ -142,6 +142,7 @@ _now_ns = _proto('p3_now_ns', _u64)
 _tag_ex = _proto('p3_tag_ex', _int, _int, _uint, _int, _int)
 _tag_get = _proto('p3_tag_get', _int, _int, _int)
 _tag_config = _proto('p3_tag_config', _int, _int, _int)
+_tag_method_name = _proto('p3_tag_method_name', _cp, _int)
 _plan = _proto('p3_plan', _int, _P(_Tensor), _size, _P(_PlanOpts),
                _P(_P(_Slice)), _P(_size))
 _plan_free = _proto('p3_plan_free', None, _P(_Slice))
@@ -274,10 +275,32 @@ def _method(method):
     return _METHODS[method]
 
 
+_warned_netns = []
+
+
+def _warn_lost_in_netns(method):
+    """Once per process: priority and mark do not leave a container."""
+    name = _tag_method_name(method).decode()
+    if name not in ('priority', 'mark') or _warned_netns:
+        return
+    from . import netns
+    dev = netns.leaves_by_veth()
+    _warned_netns.append(dev)
+    if dev:
+        import warnings
+        warnings.warn('p3.tag: tagging with %s, but the default route leaves '
+                      'this namespace through veth %s: the kernel clears '
+                      'the %s of packets that leave a network namespace, so '
+                      "a qdisc outside never sees the tag; use 'dscp'"
+                      % (name, dev, name), RuntimeWarning, stacklevel=3)
+
+
 def tag(sock_or_fd, level, method=None, notsent_lowat=None):
     """Tag a socket with level (written as tag level + 1), verified."""
     lowat = -1 if notsent_lowat is None else int(notsent_lowat)
-    _check(_tag_ex(_fd(sock_or_fd), int(level), _method(method), lowat), 'tag')
+    m = _method(method)
+    _check(_tag_ex(_fd(sock_or_fd), int(level), m, lowat), 'tag')
+    _warn_lost_in_netns(m)
 
 
 def tag_get(sock_or_fd, method=None):
