@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "p3.h"
+#include "cli.h"
 
 struct cli {
 	const char		*cmd;
@@ -264,32 +265,6 @@ static int parse_args(struct cli *c, int argc, char **argv)
 }
 
 /* -------------------------------------------------------------- output */
-
-static const char *fmt_handle(uint32_t h, char *buf, size_t len)
-{
-	if (h == P3_ROOT)
-		snprintf(buf, len, "root");
-	else if (h & 0xffff)
-		snprintf(buf, len, "%x:%x", h >> 16, h & 0xffff);
-	else
-		snprintf(buf, len, "%x:", h >> 16);
-	return buf;
-}
-
-static const char *fmt_rate(double bytes_per_s, char *buf, size_t len)
-{
-	double bits = bytes_per_s * 8;
-
-	if (bits >= 1e9)
-		snprintf(buf, len, "%.4gGbit", bits / 1e9);
-	else if (bits >= 1e6)
-		snprintf(buf, len, "%.4gMbit", bits / 1e6);
-	else if (bits >= 1e3)
-		snprintf(buf, len, "%.4gKbit", bits / 1e3);
-	else
-		snprintf(buf, len, "%.4gbit", bits);
-	return buf;
-}
 
 static void print_opts_text(const struct p3_qdisc_stats *st)
 {
