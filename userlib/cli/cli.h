@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What the files of p3ctl share.
+ * What the files of p3ctl share: the formatting helpers and the doctor
+ * command's entry point.
  */
 #ifndef P3CTL_CLI_H
 #define P3CTL_CLI_H
@@ -13,5 +14,16 @@ const char *fmt_handle(uint32_t h, char *buf, size_t len);
 
 /* A rate in bytes per second as tc writes it: "50Mbit". */
 const char *fmt_rate(double bytes_per_s, char *buf, size_t len);
+
+struct doctor_opts {
+	const char	*dev;		/* NULL: the default route's device */
+	int		tag;		/* enum p3_tag_method the applications write */
+	double		sample_s;	/* seconds between counter reads, 0: none */
+	int		json;
+};
+
+/* Diagnose dev and print the findings: 0 when nothing is wrong, 1 when a
+ * problem was found, 2 on a usage error. */
+int cmd_doctor(const struct doctor_opts *o);
 
 #endif /* P3CTL_CLI_H */

@@ -5,6 +5,7 @@
  *   p3ctl [--json] add|change|replace DEV [parent ID] [handle ID] [OPTIONS]
  *   p3ctl [--json] del|show DEV [parent ID] [handle ID]
  *   p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]
+ *   p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]
  */
 #include <errno.h>
 #include <getopt.h>
@@ -31,6 +32,7 @@ struct cli {
 	int			watch;
 	long			count;
 	double			interval;
+	struct doctor_opts	doctor;		/* sample_s < 0: no --sample */
 };
 
 static volatile sig_atomic_t stop;
@@ -42,6 +44,7 @@ static void usage(FILE *f)
 	      "              [memory BYTES] [quantum BYTES] [rate RATE] [buckets N]\n"
 	      "       p3ctl [--json] del|show DEV [parent ID] [handle ID]\n"
 	      "       p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]\n"
+	      "       p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]\n"
 	      "ID is root, MAJ: or MAJ:MIN (hex); RATE as tc: 50mbit, 1gbit, 10mbps;\n"
 	      "BYTES: 64k, 16m (1024-based).  See p3ctl(1).\n", f);
 }
@@ -208,6 +211,8 @@ static int parse_flags(struct cli *c, int argc, char **argv)
 		{ "count", required_argument, NULL, 'c' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },   { "version", no_argument, NULL, 'V' },
+		{ "tag", required_argument, NULL, 't' },
+		{ "sample", required_argument, NULL, 's' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *end;
@@ -231,6 +236,20 @@ static int parse_flags(struct cli *c, int argc, char **argv)
 			if (*end || !(c->interval >= 0.05) || c->interval > 3600)
 				return -1;
 			break;
+		case 't':
+			c->doctor.tag = p3_tag_method_parse(optarg);
+			if (c->doctor.tag <= P3_METHOD_DEFAULT) {
+				fprintf(stderr, "p3ctl: --tag takes dscp, priority or mark\n");
+				return -1;
+			}
+			break;
+		case 's':
+			c->doctor.sample_s = strtod(optarg, &end);
+			if (*end || !(c->doctor.sample_s >= 0) || c->doctor.sample_s > 3600) {
+				fprintf(stderr, "p3ctl: --sample takes 0 to 3600 seconds\n");
+				return -1;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -248,12 +267,17 @@ static int parse_args(struct cli *c, int argc, char **argv)
 {
 	int i;
 
-	*c = (struct cli){ .parent = P3_ROOT, .interval = 1.0 };
+	*c = (struct cli){ .parent = P3_ROOT, .interval = 1.0, .doctor.sample_s = -1 };
 	/* Flags may come anywhere: getopt moves the words to the end. */
-	if (parse_flags(c, argc, argv) || argc - optind < 2)
+	if (parse_flags(c, argc, argv) || argc - optind < 1)
 		return -1;
 	c->cmd = argv[optind];
-	c->dev = argv[optind + 1];
+	c->dev = argv[optind + 1];	/* argv[argc] is NULL */
+	/* doctor takes at most DEV, and no qdisc options. */
+	if (!strcmp(c->cmd, "doctor"))
+		return argc - optind > 2 ? -1 : 0;
+	if (!c->dev)
+		return -1;
 	for (i = optind + 2; i < argc; i += 2) {
 		if (i + 1 >= argc || parse_opt(c, argv[i], argv[i + 1])) {
 			fprintf(stderr, "p3ctl: bad option \"%s%s%s\"\n", argv[i],
@@ -476,6 +500,19 @@ static int cmd_modify(const struct cli *c)
 	return err ? fail(c->cmd, err) : 0;
 }
 
+/* The defaults: libp3's own tag method, a two-second sample. */
+static int cmd_doctor_args(struct cli *c)
+{
+	c->doctor.dev = c->dev;
+	c->doctor.json = c->json;
+	/* libp3 tells its resolved default method by name only. */
+	if (!c->doctor.tag)
+		c->doctor.tag = p3_tag_method_parse(p3_tag_method_name(P3_METHOD_DEFAULT));
+	if (c->doctor.sample_s < 0)
+		c->doctor.sample_s = 2;
+	return cmd_doctor(&c->doctor);
+}
+
 int main(int argc, char **argv)
 {
 	struct cli c;
@@ -483,6 +520,12 @@ int main(int argc, char **argv)
 
 	if (parse_args(&c, argc, argv)) {
 		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(c.cmd, "doctor"))
+		return cmd_doctor_args(&c);
+	if (c.doctor.tag || c.doctor.sample_s >= 0) {
+		fprintf(stderr, "p3ctl: --tag and --sample are doctor's\n");
 		return 2;
 	}
 	if (!strcmp(c.cmd, "add") || !strcmp(c.cmd, "change") || !strcmp(c.cmd, "replace"))
