@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """p3.torch through the real sch_p3: two ranks of bench/torch's VGG-shaped
 model, one per network namespace of the VM, train a few steps with
-schedule p3 while each host's egress is the p3 qdisc (8 bands, tag dscp,
+schedule p3 while each host's egress is the p3 qdisc (8 bands and tag dscp by default,
 pacing at 100 Mbit/s).  What make check asks of a real training job:
 
   - it ends, with every timed step recorded and rank 0's parameters equal

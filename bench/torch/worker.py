@@ -44,8 +44,10 @@ def shape(mode, mbit):
     subprocess.run(['tc', 'qdisc', 'del', 'dev', 'eth0', 'root'],
                    stderr=subprocess.DEVNULL, check=False)
     if mode == 'p3kernel':
-        cmds = ('qdisc add dev eth0 root handle 1: p3 bands 8 default 7 tag dscp '
-                'limit %d rate %dmbit\n' % (QLIMIT, mbit))
+        # Every other option at its default (8 bands, tag dscp), as a
+        # user's first `tc qdisc add` would leave it.
+        cmds = ('qdisc add dev eth0 root handle 1: p3 limit %d rate %dmbit\n'
+                % (QLIMIT, mbit))
     else:
         cmds = ('qdisc add dev eth0 root handle 1: tbf rate %dmbit burst 16kb '
                 'latency 10s\nqdisc add dev eth0 parent 1:1 handle 10: pfifo '
