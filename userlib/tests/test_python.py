@@ -18,6 +18,7 @@ import unittest
 import numpy as np
 
 import p3
+import p3.netns
 
 
 HELLO_WIRE = 40 + 32     # frame header + hello payload (p3.h)
@@ -78,6 +79,45 @@ class TagTest(unittest.TestCase):
     def test_bad_method(self):
         with socket.socket() as s, self.assertRaises(ValueError):
             p3.tag(s, 1, method='carrier-pigeon')
+
+
+# In a network namespace of its own whose default route leaves by a veth,
+# as in a container: tagging with priority warns once, dscp never.
+NETNS_CHILD = '''
+import socket, subprocess, warnings, p3, p3.netns
+for c in ("ip link set lo up", "ip link add c0 type veth peer name c1",
+          "ip addr add 10.9.0.1/24 dev c0", "ip link set c0 up",
+          "ip link set c1 up", "ip route add default via 10.9.0.2"):
+    subprocess.run(c.split(), check=True)
+print(p3.netns.leaves_by_veth(), p3.netns.driver("lo"))
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with socket.socket() as s:
+        p3.tag(s, 1)
+        p3.tag(s, 1, method="priority")
+        p3.tag(s, 2, method="priority")
+print(len(w), w[0].message if w else "")
+'''
+
+
+class NetnsTest(unittest.TestCase):
+    def test_container_warning(self):
+        r = subprocess.run(['unshare', '-n', sys.executable, '-c', NETNS_CHILD],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ))
+        if r.returncode and 'unshare failed' in r.stderr:
+            self.skipTest('cannot create a network namespace')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first, second = r.stdout.splitlines()
+        self.assertEqual(first, 'c0 None')
+        self.assertTrue(second.startswith('1 p3.tag: tagging with priority'),
+                        second)
+        self.assertIn('veth c0', second)
+
+    def test_host_route_is_not_a_container(self):
+        # This process's namespace: whatever its route, lo is no veth.
+        self.assertIsNone(p3.netns.driver('lo'))
+        self.assertIsNone(p3.netns.driver('no-such-dev0'))
 
 
 class PlanTest(unittest.TestCase):
