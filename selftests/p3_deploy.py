@@ -372,10 +372,11 @@ def overlay_test(chk, kind):
     sent, delta, _ = send(dst[4], "udp")
     expect_default_band(chk, f"{kind} default tos", sent, delta, "udp")
     # The fix p3ctl doctor and docs/deploy.md give, on the live device.
-    sh(f"ip link set tun0 type {kind} tos inherit", ns=HOST)
+    fix = f"ip link set tun0 type {kind}{' id 42' * (kind == 'geneve')} " \
+          "tos inherit"
+    sh(fix, ns=HOST)
     sent, delta, untagged = send(dst[4], "udp")
-    expect_levels(chk, f"{kind} after `ip link set tun0 type {kind} tos "
-                  "inherit`", sent, delta, untagged, "udp")
+    expect_levels(chk, f"{kind} after `{fix}`", sent, delta, untagged, "udp")
 
 
 def test_vxlan(chk):
@@ -411,6 +412,22 @@ def doctor(args, traffic=None):
     return r.returncode, report
 
 
+def expect_fixed(chk, label, rep, pid, args):
+    """Runs the first fix the doctor gave for @pid; asks it again."""
+    fixes = [p["fix"] for p in rep.get("problems", []) if p["id"] == pid]
+    if not chk.expect(fixes, f"{label}: no {pid} to fix"):
+        return
+    cmd = fixes[0][0].split("#")[0].strip()
+    if cmd.startswith("p3ctl "):
+        cmd = P3CTL + cmd[len("p3ctl"):]
+    sh(cmd, ns=HOST)
+    time.sleep(1.5)     # linkwatch reports a carrier up to a second late
+    rc, again = doctor(args)
+    ids = [p["id"] for p in again.get("problems", [])]
+    chk.note(f"{label}: ran `{fixes[0][0]}`: then exit {rc}, problems {ids}")
+    chk.expect(pid not in ids, f"{label}: `{cmd}` did not fix {pid}")
+
+
 def expect_diagnosis(chk, label, args, want, traffic="default"):
     rc, rep = doctor(args, traffic)
     ids = [p["id"] for p in rep.get("problems", [])]
@@ -425,6 +442,7 @@ def expect_diagnosis(chk, label, args, want, traffic="default"):
     else:
         chk.expect(rc == 0 and not ids, f"{label}: want silence, exit 0 "
                                         f"({rep.get('unparsed', '')})")
+    return rep
 
 
 def test_doctor_healthy(chk):
@@ -439,28 +457,30 @@ def test_doctor_healthy(chk):
 
 def test_doctor_setup(chk):
     """Problems of the set-up, found without a sample."""
+    now = ["h0", "--sample", "0"]
     routed()
-    expect_diagnosis(chk, "no qdisc", ["h0", "--sample", "0"], ["no-qdisc"],
-                     None)
+    rep = expect_diagnosis(chk, "no qdisc", now, ["no-qdisc"], None)
+    expect_fixed(chk, "no qdisc", rep, "no-qdisc", now)
     expect_diagnosis(chk, "no device", ["nosuch0", "--sample", "0"],
                      ["no-device"], None)
     sh("ip link set h0 down", ns=HOST)
-    expect_diagnosis(chk, "device down", ["h0", "--sample", "0"],
-                     ["device-down"], None)
+    rep = expect_diagnosis(chk, "device down", now, ["device-down"], None)
+    expect_fixed(chk, "device down", rep, "device-down", now)
     routed()
     sh("tc qdisc add dev h0 root p3 tag priority", ns=HOST)
-    expect_diagnosis(chk, "tag priority, a pod behind the node",
-                     ["h0", "--sample", "0"],
-                     ["tag-source", "namespace-crossing"], None)
-    rc, rep = doctor(["h0", "--sample", "0", "--tag", "priority"])
+    rc, rep = doctor(now + ["--tag", "priority"])
     ids = [p["id"] for p in rep.get("problems", [])]
     chk.expect("namespace-crossing" in ids and "tag-source" not in ids,
                f"--tag priority: {ids}")
+    rep = expect_diagnosis(chk, "tag priority, a pod behind the node", now,
+                           ["tag-source", "namespace-crossing"], None)
+    expect_fixed(chk, "tag priority", rep, "tag-source", now)
     for kind in ("vxlan", "geneve"):
         overlay(kind, inherit=False)
         p3_defaults()
-        expect_diagnosis(chk, f"{kind} without tos inherit",
-                         ["h0", "--sample", "0"], ["tunnel-tos"], None)
+        rep = expect_diagnosis(chk, f"{kind} without tos inherit", now,
+                               ["tunnel-tos"], None)
+        expect_fixed(chk, kind, rep, "tunnel-tos", now)
 
 
 def test_doctor_traffic(chk):

@@ -552,11 +552,14 @@ struct tunnel {
 	int		tos;		/* TOS_INHERIT, a fixed TOS, < 0 unknown */
 	uint32_t	link;		/* underlay device, 0: any */
 	struct nl_addr	*remote;	/* NULL: none configured */
+	int		vni;		/* Geneve's id, < 0 for VXLAN */
 };
 
 static int tunnel_get(struct rtnl_link *l, struct tunnel *t)
 {
-	*t = (struct tunnel){ .tos = -1 };
+	uint32_t vni;
+
+	*t = (struct tunnel){ .tos = -1, .vni = -1 };
 	if (rtnl_link_is_vxlan(l)) {
 		t->type = "vxlan";
 		t->tos = rtnl_link_vxlan_get_tos(l);
@@ -566,6 +569,8 @@ static int tunnel_get(struct rtnl_link *l, struct tunnel *t)
 		t->type = "geneve";
 		t->tos = rtnl_link_geneve_get_tos(l);
 		rtnl_link_geneve_get_remote(l, &t->remote);
+		if (!rtnl_link_geneve_get_id(l, &vni))
+			t->vni = (int)vni;
 	}
 	return t->type ? 0 : -1;
 }
@@ -600,7 +605,12 @@ static void tunnel_problem(struct doctor *d, const char *name, const struct tunn
 		   "%s %s %s carried over %s and does not inherit the inner TOS (tos %d): the "
 		   "outer DSCP is its own, so every packet it carries reaches p3's default band",
 		   t->type, name, over == OVER ? "is" : "may be", d->dev, t->tos);
-	fix(f, "ip link set %s type %s tos inherit", name, t->type);
+	/* iproute2 wants a Geneve device's id even to change only its tos
+	 * (the kernel keeps the remote it does not get). */
+	if (t->vni >= 0)
+		fix(f, "ip link set %s type %s id %d tos inherit", name, t->type, t->vni);
+	else
+		fix(f, "ip link set %s type %s tos inherit", name, t->type);
 	fix(f, "ip -d link show %s   # if the live change is refused: recreate %s with these "
 	       "options and tos inherit", name, name);
 }
