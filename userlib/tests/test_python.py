@@ -4,6 +4,7 @@
 
 import ctypes
 import errno
+import inspect
 import os
 import selectors
 import socket
@@ -98,6 +99,41 @@ with warnings.catch_warnings(record=True) as w:
         p3.tag(s, 2, method="priority")
 print(len(w), w[0].message if w else "")
 '''
+
+
+class TypingTest(unittest.TestCase):
+    """Type checkers see the whole public API (PEP 561: py.typed)."""
+
+    def public_callables(self):
+        for name in p3.__all__:
+            obj = getattr(p3, name)
+            if inspect.isfunction(obj):
+                yield name, obj
+            elif name in ('Channel', 'Listener'):
+                for m, attr in vars(obj).items():
+                    if m.startswith('_') and m not in ('__init__', '__enter__', '__exit__'):
+                        continue
+                    fn = attr.fget if isinstance(attr, property) else \
+                        getattr(attr, '__func__', attr)
+                    if inspect.isfunction(fn):
+                        yield f'{name}.{m}', fn
+
+    def test_every_public_callable_is_annotated(self):
+        seen = 0
+        for name, fn in self.public_callables():
+            sig = inspect.signature(fn)
+            bare = [p for p in sig.parameters.values()
+                    if p.name not in ('self', 'cls')
+                    and p.annotation is inspect.Parameter.empty]
+            self.assertFalse(bare, f'{name}: {[p.name for p in bare]} unannotated')
+            self.assertIsNot(sig.return_annotation, inspect.Signature.empty,
+                             f'{name}: no return annotation')
+            seen += 1
+        self.assertGreater(seen, 30)
+
+    def test_py_typed_marker(self):
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(p3.__file__),
+                                                    'py.typed')))
 
 
 class NetnsTest(unittest.TestCase):

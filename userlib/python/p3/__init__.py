@@ -15,6 +15,7 @@ import errno as _errno
 import os
 import threading
 import time
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence, Union
 
 __all__ = [
     'Error', 'TimeoutError', 'ConnectionError', 'PermissionError',
@@ -25,6 +26,20 @@ __all__ = [
 ]
 
 DEFAULT_SLICE = 200000
+
+
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+# What the calls take: a socket or its descriptor; any object with the
+# buffer protocol (bytes, bytearray, memoryview, array, a numpy array, a
+# CPU torch.Tensor's .numpy()), which typing cannot name before 3.12; a
+# qdisc handle as 'root', 'MAJ:' or 'MAJ:MIN' (hex), or the u32.
+FdLike = Union[int, _HasFileno]
+BufferLike = Any
+HandleLike = Union[str, int]
+Timeout = Optional[float]       # seconds; None blocks, 0 never blocks
 MAX_BANDS = 64
 ERRBASE = 0x3000
 
@@ -252,7 +267,7 @@ _ERROR_KINDS = (
 )
 
 
-def now_ns():
+def now_ns() -> int:
     """CLOCK_MONOTONIC in ns, the clock of Completion timestamps."""
     return _now_ns()
 
@@ -295,7 +310,8 @@ def _warn_lost_in_netns(method):
                       % (name, dev, name), RuntimeWarning, stacklevel=3)
 
 
-def tag(sock_or_fd, level, method=None, notsent_lowat=None):
+def tag(sock_or_fd: FdLike, level: int, method: Optional[str] = None,
+        notsent_lowat: Optional[int] = None) -> None:
     """Tag a socket with level (written as tag level + 1), verified."""
     lowat = -1 if notsent_lowat is None else int(notsent_lowat)
     m = _method(method)
@@ -303,7 +319,7 @@ def tag(sock_or_fd, level, method=None, notsent_lowat=None):
     _warn_lost_in_netns(m)
 
 
-def tag_get(sock_or_fd, method=None):
+def tag_get(sock_or_fd: FdLike, method: Optional[str] = None) -> Optional[int]:
     """The level a socket is tagged with, or None if untagged."""
     rc = _tag_get(_fd(sock_or_fd), _method(method))
     if rc == -_errno.ENOENT:
@@ -311,7 +327,7 @@ def tag_get(sock_or_fd, method=None):
     return _check(rc, 'tag_get')
 
 
-def tag_config(method='dscp', notsent_lowat=16384):
+def tag_config(method: str = 'dscp', notsent_lowat: int = 16384) -> None:
     """Process-wide default method and TCP_NOTSENT_LOWAT (0: leave)."""
     if method in (None, 'default'):
         raise ValueError('tag_config needs dscp, priority or mark')
@@ -333,8 +349,12 @@ def _as_tensor(t):
     return Tensor(name, int(nbytes), int(fwd))
 
 
-def plan(tensors, bands=8, slice_bytes=None, alpha=0.0, beta=0.0,
-         merge_bytes=None):
+TensorLike = Union[Tensor, Sequence[Any], Mapping[str, Any]]
+
+
+def plan(tensors: Iterable[TensorLike], bands: int = 8,
+         slice_bytes: Optional[int] = None, alpha: float = 0.0,
+         beta: float = 0.0, merge_bytes: Optional[int] = None) -> list:
     """Slices (forward order) for tensors: (name, bytes, fwd) each."""
     ts = [_as_tensor(t) for t in tensors]
     arr = (_Tensor * max(1, len(ts)))()
@@ -356,7 +376,8 @@ def plan(tensors, bands=8, slice_bytes=None, alpha=0.0, beta=0.0,
         _plan_free(out)
 
 
-def suggest_slice(alpha, beta, link_rate=0.0, max_overhead=0.05):
+def suggest_slice(alpha: float, beta: float, link_rate: float = 0.0,
+                  max_overhead: float = 0.05) -> int:
     """Slice size (bytes) keeping per-slice overhead under max_overhead."""
     return int(_suggest(float(alpha), float(beta), float(link_rate),
                         float(max_overhead)))
@@ -436,16 +457,18 @@ class Channel:
     selectors and event loops.
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle: int) -> None:
         self._h = handle
         self._bufs = {}
         self._mu = threading.Condition()
         self._users = 0
 
     @classmethod
-    def connect(cls, host, port, bands=8, method=None, chan_id=0,
-                max_queued=64 << 20, max_payload=16 << 20, timeout=10.0,
-                progress=True, peer_timeout=30.0):
+    def connect(cls, host: str, port: Union[int, str], bands: int = 8,
+                method: Optional[str] = None, chan_id: int = 0,
+                max_queued: int = 64 << 20, max_payload: int = 16 << 20,
+                timeout: Timeout = 10.0, progress: bool = True,
+                peer_timeout: Timeout = 30.0) -> 'Channel':
         o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
                   progress, peer_timeout)
         h = _vp()
@@ -470,8 +493,9 @@ class Channel:
                     self._mu.notify_all()
 
     # sender
-    def send(self, tensor, data, level, iteration=0, offset=0, prio=0,
-             timeout=None):
+    def send(self, tensor: int, data: BufferLike, level: int,
+             iteration: int = 0, offset: int = 0, prio: int = 0,
+             timeout: Timeout = None) -> None:
         """Queue data as one message for tensor at offset.  The library
         copies it into its queue, so data may be reused on return."""
         b = _Buf(data)
@@ -481,7 +505,9 @@ class Channel:
                           int(tensor), int(offset), b.ptr, b.nbytes,
                           _ms(timeout)), 'send')
 
-    def send_plan(self, slices, arrays, iteration=0, timeout=None):
+    def send_plan(self, slices: Iterable[Slice],
+                  arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]],
+                  iteration: int = 0, timeout: Timeout = None) -> None:
         """Queue a plan, all of it or (on an error) none of it; arrays[t]
         is tensor t; merged slices go together."""
         slices = list(slices)
@@ -504,14 +530,14 @@ class Channel:
                           int(iteration), _ms(timeout)), 'send_plan')
 
     @property
-    def queued(self):
+    def queued(self) -> int:
         return self._call(_queued)
 
-    def flush(self, timeout=None):
+    def flush(self, timeout: Timeout = None) -> None:
         _check(self._call(_flush, _ms(timeout)), 'flush')
 
     # receiver
-    def expect(self, tensor, array, iteration=0):
+    def expect(self, tensor: int, array: BufferLike, iteration: int = 0) -> None:
         """Receive tensor (iteration) into array, a writable buffer."""
         b = _Buf(array, writable=True)
         if not b.nbytes:
@@ -529,7 +555,7 @@ class Channel:
             self._release(*key, newest=True)
             raise
 
-    def cancel(self, tensor):
+    def cancel(self, tensor: int) -> None:
         """Forget tensor (registered or finished); its buffers are
         released.  A frame of it half read is discarded, later ones wait
         as for a tensor never registered."""
@@ -554,7 +580,7 @@ class Channel:
                                    c.t_done_ns))
         return done
 
-    def poll(self, timeout=0.0):
+    def poll(self, timeout: Timeout = 0.0) -> list:
         """Move data (or, with progress, wait for it) up to timeout
         seconds; returns the completions that are ready."""
         _check(self._call(_poll, _ms(timeout)), 'poll')
@@ -563,7 +589,7 @@ class Channel:
             self._release(d.tensor, d.iteration)
         return done
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Timeout = None) -> list:
         """Poll until nothing registered is pending; the completions.
         It polls at least once (timeout=0 takes what is ready).  On
         timeout, the completions it did take are on the error's
@@ -580,13 +606,13 @@ class Channel:
                 raise err
         return done
 
-    def fileno(self):
+    def fileno(self) -> int:
         """A descriptor readable while poll() has something to return
         (progress channels only): for select, selectors and asyncio."""
         return _check(self._call(_chan_fd), 'fileno')
 
     @property
-    def pending(self):
+    def pending(self) -> int:
         """Tensors registered with expect() whose completion poll() or
         wait() has not yet returned: `while rx.pending: rx.poll(...)`
         misses none, even when the progress thread completes the last
@@ -595,23 +621,23 @@ class Channel:
             return sum(len(q) for q in self._bufs.values())
 
     @property
-    def incomplete(self):
+    def incomplete(self) -> int:
         """Registered tensors whose bytes have not all arrived (libp3's
         p3_chan_pending(); it drops before the completion is taken)."""
         return self._call(_pending)
 
-    def band_status(self, band):
+    def band_status(self, band: int) -> int:
         return self._call(_band_status, int(band))
 
     @property
-    def bands(self):
+    def bands(self) -> int:
         return self._call(_bands)
 
     @property
-    def chan_id(self):
+    def chan_id(self) -> int:
         return self._call(_chan_id)
 
-    def close(self):
+    def close(self) -> None:
         """Close every connection; data still queued is dropped (flush
         first on a sender).  Calls blocked in other threads raise
         ClosedError; close waits for them to leave."""
@@ -625,10 +651,10 @@ class Channel:
             self._bufs.clear()
         _close(h)
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):
@@ -641,8 +667,10 @@ class Channel:
 class Listener:
     """Accepts channels: every band of a sender connects and says hello."""
 
-    def __init__(self, host='127.0.0.1', port=0, max_payload=16 << 20,
-                 timeout=10.0, progress=True, peer_timeout=30.0):
+    def __init__(self, host: Optional[str] = '127.0.0.1',
+                 port: Union[int, str] = 0, max_payload: int = 16 << 20,
+                 timeout: Timeout = 10.0, progress: bool = True,
+                 peer_timeout: Timeout = 30.0) -> None:
         o = _opts(max_payload=max_payload, timeout=timeout, progress=progress,
                   peer_timeout=peer_timeout)
         h = _vp()
@@ -653,7 +681,7 @@ class Listener:
         self.port = _check(_listener_port(self._h), 'listen')
         self.last_error = None
 
-    def accept(self, timeout=None, strict=False):
+    def accept(self, timeout: Timeout = None, strict: bool = False) -> Channel:
         """Next complete channel.  A connection that is no p3 sender (it
         closes first, or does not start with the frame magic) is closed
         silently; one with a bad p3 hello is closed too, and strict=True
@@ -670,15 +698,15 @@ class Listener:
                 _check(rc, 'accept')
             self.last_error = Error(rc, 'accept')
 
-    def close(self):
+    def close(self) -> None:
         if self._h:
             _listener_close(self._h)
             self._h = None
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self):
@@ -738,21 +766,25 @@ def _qdisc_modify(op, dev, parent, handle, kw):
            'qdisc ' + op, extack=True)
 
 
-def qdisc_add(dev, parent='root', handle=None, **opts):
+def qdisc_add(dev: str, parent: HandleLike = 'root',
+              handle: Optional[HandleLike] = None, **opts: Any) -> None:
     """Create a p3 qdisc; options: bands default tag limit memory quantum
     rate (bytes/s) buckets."""
     _qdisc_modify('add', dev, parent, handle, opts)
 
 
-def qdisc_change(dev, parent='root', handle=None, **opts):
+def qdisc_change(dev: str, parent: HandleLike = 'root',
+                 handle: Optional[HandleLike] = None, **opts: Any) -> None:
     _qdisc_modify('change', dev, parent, handle, opts)
 
 
-def qdisc_replace(dev, parent='root', handle=None, **opts):
+def qdisc_replace(dev: str, parent: HandleLike = 'root',
+                  handle: Optional[HandleLike] = None, **opts: Any) -> None:
     _qdisc_modify('replace', dev, parent, handle, opts)
 
 
-def qdisc_del(dev, parent='root', handle=None):
+def qdisc_del(dev: str, parent: HandleLike = 'root',
+              handle: Optional[HandleLike] = None) -> None:
     _check(_qdisc_del(dev.encode(), _handle_id(parent, 0xffffffff),
                       _handle_id(handle, 0)), 'qdisc del', extack=True)
 
@@ -761,7 +793,8 @@ def _band_dict(b):
     return {n: getattr(b, n) for n, _ in _BandStats._fields_}
 
 
-def qdisc_stats(dev, parent='root', handle=None):
+def qdisc_stats(dev: str, parent: HandleLike = 'root',
+                handle: Optional[HandleLike] = None) -> dict:
     """Options, totals, xstats and per-band statistics as a dict."""
     st = _QdiscStats(size=ctypes.sizeof(_QdiscStats))
     _check(_qdisc_stats(dev.encode(), _handle_id(parent, 0xffffffff),
