@@ -81,10 +81,12 @@ def train(schedule, die_at, how):
             for p in model.parameters():
                 p.add_(1.0)
     p3t.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = data()
+    # The observed order (here the registration order: a Sequential).
+    order = p3t.forward_order(model, x[:1]) if schedule == 'p3' else None
     opt = p3t.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM), model,
-        schedule=schedule, slice_bytes=SLICE, timeout=10)
-    x, y = data()
+        schedule=schedule, slice_bytes=SLICE, timeout=10, forward_order=order)
     result = {'steps': []}
     try:
         for step in range(STEPS):
@@ -232,9 +234,43 @@ def main():
        'p3: rank 1 hangs (SIGSTOP) in step 2; rank 0 raises %s after %.1f s '
        '(timeout 10 s): %s' % (r0.get('error'), took, r0.get('message', '')))
     launcher_mends_std()
+    forward_order_levels()
     accuracy()
     print('1..%d' % n)
     return 1 if failed else 0
+
+
+class HeadFirst(torch.nn.Module):
+    """Registers the layer it runs last first, as many real models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(100, 1000)
+        self.body = torch.nn.Linear(10, 100)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def forward_order_levels():
+    import p3.torch as p3t
+    from p3.torch import _forward_ranks
+    from p3.torch._layout import Layout
+    m = HeadFirst()
+    names = {p: n for n, p in m.named_parameters()}
+    order = [names[p] for p in p3t.forward_order(m, torch.zeros(2, 10))]
+    ok(order == ['body.weight', 'body.bias', 'head.weight', 'head.bias'],
+       'forward_order: the parameters in the order the forward pass runs '
+       'them: %s' % order)
+    params = list(m.parameters())
+    sizes = [p.numel() * p.element_size() for p in params]
+    for fwd, first in ((None, 'head.'), (_forward_ranks(params, p3t.forward_order(
+            m, torch.zeros(1, 10))), 'body.')):
+        lay = Layout(sizes, 2, 'p3', 8, SLICE, 4, fwd=fwd)
+        level0 = {names[params[s.tensor]] for s in lay.slices if s.level == 0}
+        ok(level0 and all(n.startswith(first) for n in level0),
+           'layout %s: level 0 carries %s' % (
+               'by forward_order' if fwd else 'by registration', sorted(level0)))
 
 
 def accuracy():

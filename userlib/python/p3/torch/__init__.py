@@ -33,7 +33,7 @@ from ._layout import Layout
 from ._mesh import Mesh, local_address
 
 __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
-           'DistributedOptimizer', 'PeerError', 'StepTimeout',
+           'DistributedOptimizer', 'forward_order', 'PeerError', 'StepTimeout',
            'NotInitializedError']
 
 DEFAULT_TIMEOUT = 30.0
@@ -118,13 +118,49 @@ def _warn_if_no_qdisc():
                   'DEV root p3)', RuntimeWarning, stacklevel=3)
 
 
+def _forward_ranks(params, order):
+    """fwd of each of params: its place in order (forward_order()'s
+    list), those missing from it after, in params' order."""
+    if order is None:
+        return None
+    place = {}
+    for p in list(order) + list(params):
+        place.setdefault(p, len(place))
+    return [place[p] for p in params]
+
+
+def forward_order(model, *inputs, **kwargs):
+    """The model's parameters in the order one forward pass on inputs
+    first runs their modules (without autograd; the model's mode as it
+    is); parameters it never reaches follow in registration order.  Pass
+    it to DistributedOptimizer where modules are registered in another
+    order than they run, so that levels follow the real forward pass."""
+    order, seen = [], set()
+
+    def pre_hook(module, _inputs):
+        for p in module.parameters(recurse=False):
+            if p not in seen:
+                seen.add(p)
+                order.append(p)
+
+    hooks = [m.register_forward_pre_hook(pre_hook) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return order + [p for p in model.parameters() if p not in seen]
+
+
 class DistributedOptimizer:
     """Wrap any torch.optim optimizer whose update is per parameter (SGD,
     Adam, AdamW, RMSprop, ...; not LBFGS).  Every parameter that requires
     a gradient must get one in every step, as with DDP."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=8,
-                 slice_bytes=None, timeout=None, max_queued=None):
+                 slice_bytes=None, timeout=None, max_queued=None,
+                 forward_order=None):
         st = _need()
         self._opt = optimizer
         self._schedule = schedule
@@ -140,7 +176,8 @@ class DistributedOptimizer:
                                      'that is not in the model')
         sizes = [p.numel() * p.element_size() for p in self._params]
         self._layout = Layout(sizes, st['size'], schedule,
-                              bands if schedule == 'p3' else 1, slice_bytes)
+                              bands if schedule == 'p3' else 1, slice_bytes,
+                              fwd=_forward_ranks(self._params, forward_order))
         st['meshes'] += 1
         model_bytes = sum(sizes)
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % st['meshes'], st['rank'],

@@ -20,12 +20,15 @@ Slice = collections.namedtuple('Slice', 'tensor offset length level msg prio')
 
 class Layout:
     def __init__(self, sizes, world, schedule='p3', bands=8, slice_bytes=None,
-                 itemsize=8):
+                 itemsize=8, fwd=None):
+        """fwd[i]: when tensor i is first needed in the forward pass
+        (default: i, the order of model.parameters())."""
         if schedule == 'p3':
             step = slice_bytes or p3.DEFAULT_SLICE
             # A slice must hold whole elements of any dtype.
             step = max(itemsize, step - step % itemsize)
-            tensors = [('t%d' % i, n, i) for i, n in enumerate(sizes)]
+            fwd = list(range(len(sizes))) if fwd is None else fwd
+            tensors = [('t%d' % i, n, fwd[i]) for i, n in enumerate(sizes)]
             self.slices = [Slice(*s) for s in p3.plan(
                 tensors, bands=bands, slice_bytes=step, alpha=ALPHA, beta=BETA)]
         elif schedule == 'fifo':
