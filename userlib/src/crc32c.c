@@ -61,13 +61,82 @@ static uint32_t crc32c_slicing8(uint32_t c, const uint8_t *p, size_t len)
 }
 
 #if defined(__x86_64__)
-/* One crc32 instruction per 8 bytes: the same polynomial, in hardware. */
+/*
+ * One crc32 instruction takes 3 cycles to give its result but can start
+ * every cycle: a single chain uses a third of the unit.  So three
+ * adjacent stripes run as three independent chains (the second and third
+ * from 0), and are joined after: the CRC is linear, so the state of
+ * "stripe A then stripe B" is the state of A moved past len(B) zero bytes
+ * (a fixed linear map, four table lookups) XOR B's own.
+ */
+#define STRIPE_LONG	8192
+#define STRIPE_SHORT	256
+
+/* shift_x[k][b]: where byte k of a state holding b lands after a stripe
+ * of zeros. */
+static uint32_t shift_long[4][256], shift_short[4][256];
+
+static void shift_init(uint32_t t[4][256], size_t stripe)
+{
+	uint32_t basis[32], c;
+	size_t n;
+	int i, k, b;
+
+	/* The map's columns: each one-bit state run through the zeros. */
+	for (i = 0; i < 32; i++) {
+		c = 1u << i;
+		for (n = 0; n < stripe; n++)
+			c = (c >> 8) ^ crc_table[0][c & 0xff];
+		basis[i] = c;
+	}
+	for (k = 0; k < 4; k++)
+		for (b = 0; b < 256; b++)
+			for (t[k][b] = 0, i = 0; i < 8; i++)
+				if (b & (1 << i))
+					t[k][b] ^= basis[8 * k + i];
+}
+
+static uint32_t shift(const uint32_t t[4][256], uint32_t c)
+{
+	return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^
+	       t[3][c >> 24];
+}
+
+/* Whole triples of stripes from *p; advances *p and *len past them. */
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_triples(uint32_t c, const uint8_t **p, size_t *len, size_t stripe,
+			       const uint32_t t[4][256])
+{
+	const uint8_t *q = *p;
+	uint64_t a, b, d, w;
+	size_t i;
+
+	for (; *len >= 3 * stripe; *len -= 3 * stripe, q += 3 * stripe) {
+		a = c;
+		b = d = 0;
+		for (i = 0; i < stripe; i += 8) {
+			memcpy(&w, q + i, 8);
+			a = _mm_crc32_u64(a, w);
+			memcpy(&w, q + stripe + i, 8);
+			b = _mm_crc32_u64(b, w);
+			memcpy(&w, q + 2 * stripe + i, 8);
+			d = _mm_crc32_u64(d, w);
+		}
+		c = shift(t, shift(t, (uint32_t)a) ^ (uint32_t)b) ^ (uint32_t)d;
+	}
+	*p = q;
+	return c;
+}
+
+/* The crc32 instruction: the same polynomial, in hardware. */
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_sse42(uint32_t c, const uint8_t *p, size_t len)
 {
-	uint64_t w, c64 = c;
+	uint64_t w, c64;
 
-	for (; len >= 8; len -= 8, p += 8) {
+	c = crc32c_triples(c, &p, &len, STRIPE_LONG, shift_long);
+	c = crc32c_triples(c, &p, &len, STRIPE_SHORT, shift_short);
+	for (c64 = c; len >= 8; len -= 8, p += 8) {
 		memcpy(&w, p, 8);
 		c64 = _mm_crc32_u64(c64, w);
 	}
@@ -84,8 +153,11 @@ static void crc32c_pick(void)
 	crc_update = crc32c_slicing8;
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	if (__builtin_cpu_supports("sse4.2"))
+	if (__builtin_cpu_supports("sse4.2")) {
+		shift_init(shift_long, STRIPE_LONG);
+		shift_init(shift_short, STRIPE_SHORT);
 		crc_update = crc32c_sse42;
+	}
 #endif
 }
 

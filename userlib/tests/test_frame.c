@@ -65,6 +65,33 @@ static void test_crc_random(void)
 	ok(chain, "chained crc32c equals one-shot crc32c");
 }
 
+/* Long buffers take the three-stripe path (768 bytes and up, 24 KiB and
+ * up): every length around the stripe edges, and random ones to 100 KB,
+ * against the table path. */
+static void test_crc_stripes(void)
+{
+	static const size_t edges[] = { 767, 768, 769, 775, 776, 1535, 1536, 24575, 24576,
+					24577, 24583, 25343, 25344, 49152, 49159 };
+	static uint8_t buf[100008];
+	uint64_t s = 11;
+	size_t i, len, off;
+	int same = 1;
+
+	fill_pattern(buf, sizeof(buf), 5, 1);
+	for (i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+		for (off = 0; off < 8; off += 3)
+			same &= p3_crc32c(7, buf + off, edges[i]) ==
+				p3_crc32c_portable(7, buf + off, edges[i]);
+	for (i = 0; i < 200; i++) {
+		len = rnd_range(&s, 0, sizeof(buf) - 8);
+		off = i & 7;
+		same &= p3_crc32c((uint32_t)i, buf + off, len) ==
+			p3_crc32c_portable((uint32_t)i, buf + off, len);
+	}
+	ok(same, "stripes: the dispatched path equals the table path at every stripe edge "
+		 "and 200 random lengths up to 100 KB");
+}
+
 /* p3_crc32c() takes the CPU's instruction where it can: the table path
  * must still be right for CPUs without it, and the two must agree.
  */
@@ -292,6 +319,7 @@ int main(void)
 	test_crc_vectors();
 	test_crc_random();
 	test_crc_both_paths();
+	test_crc_stripes();
 	test_roundtrip();
 	test_rejects();
 	test_bitflips();
