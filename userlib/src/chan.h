@@ -59,10 +59,11 @@ struct rx_conn {
 	int		status;		/* 0 open, 1 clean EOF, < 0 error */
 	int		stalled;	/* header waits for p3_chan_expect() */
 	int		peer_gone;	/* seen closed by its peer while stalled */
-	uint8_t		*buf;		/* the frame being received */
-	size_t		cap;
-	size_t		have;
-	size_t		need;		/* header only, then header + payload */
+	uint8_t		*buf;		/* the header being (or last) received */
+	size_t		have;		/* bytes of the header, then of the payload */
+	int		payload;	/* 0: reading a header, 1: its payload */
+	uint8_t		*dst;		/* where the payload goes; NULL: dropped */
+	uint32_t	crc;		/* of the header and the payload so far */
 	struct p3_frame	hdr;
 };
 

@@ -2,10 +2,14 @@
 /*
  * The receiving end of a channel: reassembly of tensors from slices.
  *
- * A frame is read whole into a per-connection buffer and checked (range,
- * level, checksum) before one byte of it touches a tensor, so a bad frame
- * can never damage data; the ranges already received are tracked so that
- * a duplicate is refused rather than counted twice.
+ * A frame's header is read and checked (tensor, iteration, range, level)
+ * first; its payload then goes straight from the socket into the
+ * tensor's buffer, checksummed as it arrives, with no copy in between.
+ * The range is reserved at the header, so no other frame may write there
+ * (a duplicate is refused, never counted twice), and it counts as
+ * received only once the checksum matched: a tensor completes only from
+ * frames that were whole and intact.  Until its completion, a buffer's
+ * contents are the library's.
  */
 #include <errno.h>
 #include <poll.h>
@@ -15,7 +19,8 @@
 #include "chan.h"
 
 #define RX_READ_MAX	(1u << 20)	/* per read(), to keep bands fair */
-#define RX_KEEP		(256u << 10)	/* a frame buffer above this is freed after use */
+
+static void rx_drop_inflight(struct p3_chan *c, const struct rx_tensor *t);
 
 /* ------------------------------------------------------ the tensor table */
 
@@ -154,6 +159,7 @@ P3_EXPORT int p3_chan_cancel(struct p3_chan *c, uint32_t tensor)
 	} else {
 		if (!t->done)
 			c->pending--;
+		rx_drop_inflight(c, t);
 		tab_delete(c, (size_t)(t - c->tab));
 		chan_consumed(c);
 	}
@@ -309,20 +315,12 @@ static void rx_limits(struct p3_chan *c, struct p3_frame_limits *lim)
 	};
 }
 
+/* f's payload is in t's buffer, intact: count it. */
 static int rx_commit(struct p3_chan *c, const struct p3_frame *f)
 {
 	struct rx_tensor *t = tab_find(c, f->tensor);
-	uint64_t end = f->offset + f->length;
 	struct p3_completion d;
-	int err;
 
-	/* The parser already matched f against t; ranges are checked here. */
-	if (range_overlaps(t, f->offset, end))
-		return -P3_EDUP;
-	err = range_add(t, f->offset, end);
-	if (err)
-		return err;
-	memcpy(t->buf + f->offset, f->payload, f->length);
 	if (!t->t_first)
 		t->t_first = p3_now_ns();
 	t->got += f->length;
@@ -335,24 +333,13 @@ static int rx_commit(struct p3_chan *c, const struct p3_frame *f)
 	return done_push(c, &d);
 }
 
-static int conn_reserve(struct rx_conn *k, size_t size)
-{
-	uint8_t *b;
-
-	if (size <= k->cap)
-		return 0;
-	b = realloc(k->buf, size);
-	if (!b)
-		return -ENOMEM;
-	k->buf = b;
-	k->cap = size;
-	return 0;
-}
-
-/* A whole header is in k->buf: check it, then size the payload read. */
+/* A whole header is in k->buf: check it, reserve its range and aim the
+ * payload at the tensor's buffer. */
 static int conn_header(struct p3_chan *c, struct rx_conn *k)
 {
 	struct p3_frame_limits lim;
+	struct rx_tensor *t;
+	uint64_t end;
 	int err;
 
 	rx_limits(c, &lim);
@@ -365,46 +352,70 @@ static int conn_header(struct p3_chan *c, struct rx_conn *k)
 	/* Levels and connections map 1:1; anything else is misrouted. */
 	if (k->hdr.level != (unsigned int)(k - c->rx))
 		return -P3_ELEVEL;
-	k->need = P3_FRAME_HDR_LEN + (size_t)k->hdr.length;
-	return conn_reserve(k, k->need);
+	/* The parser matched the frame against a registered tensor. */
+	t = tab_find(c, k->hdr.tensor);
+	end = k->hdr.offset + k->hdr.length;
+	if (range_overlaps(t, k->hdr.offset, end))
+		return -P3_EDUP;
+	err = range_add(t, k->hdr.offset, end);
+	if (err)
+		return err;
+	k->dst = t->buf + k->hdr.offset;
+	k->crc = p3_frame_crc_header(k->buf);
+	k->payload = 1;
+	k->have = 0;
+	return 0;
 }
 
-/* A whole frame is in k->buf: check all of it again, then store it. */
+/* The payload is all in: count it if it is intact and still wanted. */
 static int conn_frame(struct p3_chan *c, struct rx_conn *k)
 {
-	struct p3_frame_limits lim;
-	struct p3_frame f;
-	int n;
+	uint8_t *dst = k->dst;
 
-	rx_limits(c, &lim);
-	n = p3_frame_parse(k->buf, k->have, &lim, &f);
+	k->payload = 0;
 	k->have = 0;
-	k->need = P3_FRAME_HDR_LEN;
-	/* Its header was accepted, so "not registered" now means that
-	 * p3_chan_cancel() ran meanwhile: the frame is unwanted, not bad. */
-	if (n == -EAGAIN)
-		n = 0;
-	else if (n >= 0)
-		n = rx_commit(c, &f);
-	/* One 16 MiB frame must not pin 16 MiB per band for the channel's
-	 * life: a large buffer goes back once its frame is stored. */
-	if (k->cap > RX_KEEP) {
-		free(k->buf);
-		k->buf = NULL;
-		k->cap = 0;
-		if (!n)
-			n = conn_reserve(k, P3_FRAME_HDR_LEN);
-	}
-	return n;
+	k->dst = NULL;
+	if (k->crc != p3_frame_crc_wire(k->buf))
+		return -P3_ECSUM;
+	/* p3_chan_cancel() ran meanwhile: unwanted, not bad. */
+	return dst ? rx_commit(c, &k->hdr) : 0;
 }
 
-static int conn_step(struct p3_chan *c, struct rx_conn *k)
+/* Where the next bytes of k's stream go, and at most how many. */
+static uint8_t *conn_space(struct rx_conn *k, size_t *room)
 {
-	if (k->have < k->need)
-		return 0;
-	if (k->need == P3_FRAME_HDR_LEN)
-		return conn_header(c, k);
-	return conn_frame(c, k);
+	if (!k->payload) {
+		*room = P3_FRAME_HDR_LEN - k->have;
+		return k->buf + k->have;
+	}
+	*room = k->hdr.length - k->have;
+	if (k->dst)
+		return k->dst + k->have;
+	/* Discarded: through the header's buffer, its crc field kept. */
+	if (*room > P3_FRAME_HDR_LEN - sizeof(uint32_t))
+		*room = P3_FRAME_HDR_LEN - sizeof(uint32_t);
+	return k->buf;
+}
+
+/* n bytes arrived at p, where conn_space() said. */
+static int conn_took(struct p3_chan *c, struct rx_conn *k, const uint8_t *p, size_t n)
+{
+	k->have += n;
+	if (!k->payload)
+		return k->have == P3_FRAME_HDR_LEN ? conn_header(c, k) : 0;
+	k->crc = p3_crc32c(k->crc, p, n);
+	return k->have == k->hdr.length ? conn_frame(c, k) : 0;
+}
+
+/* p3_chan_cancel(): payloads on their way into t go nowhere instead. */
+static void rx_drop_inflight(struct p3_chan *c, const struct rx_tensor *t)
+{
+	unsigned int b;
+
+	for (b = 0; b < c->bands; b++)
+		if (c->rx[b].payload && c->rx[b].dst &&
+		    c->rx[b].hdr.tensor == t->id)
+			c->rx[b].dst = NULL;
 }
 
 static void conn_close(struct p3_chan *c, struct rx_conn *k, int status)
@@ -414,9 +425,10 @@ static void conn_close(struct p3_chan *c, struct rx_conn *k, int status)
 	k->fd = -1;
 	k->status = status;
 	k->stalled = 0;
+	k->payload = 0;
+	k->dst = NULL;
 	free(k->buf);
 	k->buf = NULL;
-	k->cap = 0;
 	k->have = 0;
 	if (status < 0 && !c->err_report)
 		c->err_report = status;
@@ -430,19 +442,22 @@ static void conn_read(struct p3_chan *c, struct rx_conn *k)
 	int err;
 
 	while (!k->status && !k->stalled && budget) {
-		n = read(k->fd, k->buf + k->have, k->need - k->have);
+		size_t room;
+		uint8_t *p = conn_space(k, &room);
+
+		n = read(k->fd, p, room < budget ? room : budget);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n <= 0) {
 			/* EOF between frames is a clean close, inside one is not. */
-			conn_close(c, k, n < 0 ? -errno : k->have ? -P3_ETRUNC : 1);
+			conn_close(c, k, n < 0 ? -errno :
+				   k->have || k->payload ? -P3_ETRUNC : 1);
 			return;
 		}
-		k->have += n;
-		budget = (size_t)n < budget ? budget - n : 0;
-		err = conn_step(c, k);
+		budget -= (size_t)n;
+		err = conn_took(c, k, p, (size_t)n);
 		if (err)
 			conn_close(c, k, err);
 	}
@@ -451,8 +466,11 @@ static void conn_read(struct p3_chan *c, struct rx_conn *k)
 static int conn_init(struct rx_conn *k)
 {
 	k->have = 0;
-	k->need = P3_FRAME_HDR_LEN;
-	return conn_reserve(k, P3_FRAME_HDR_LEN);
+	k->payload = 0;
+	k->dst = NULL;
+	if (!k->buf)
+		k->buf = malloc(P3_FRAME_HDR_LEN);
+	return k->buf ? 0 : -ENOMEM;
 }
 
 int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len)
@@ -465,12 +483,14 @@ int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len)
 	if (!k->buf && !k->status && conn_init(k))
 		return -ENOMEM;
 	while (len && !k->status && !k->stalled) {
-		take = k->need - k->have < len ? k->need - k->have : len;
-		memcpy(k->buf + k->have, p, take);
-		k->have += take;
+		uint8_t *to = conn_space(k, &take);
+
+		if (take > len)
+			take = len;
+		memcpy(to, p, take);
 		p += take;
 		len -= take;
-		err = conn_step(c, k);
+		err = conn_took(c, k, to, take);
 		if (err)
 			conn_close(c, k, err);
 	}

@@ -46,14 +46,21 @@ _Static_assert(OFF_CRC + 4 == P3_FRAME_HDR_LEN, "header layout");
 _Static_assert(HELLO_RSVD + 8 == P3_HELLO_LEN, "hello layout");
 _Static_assert(REFUSE_RSVD + 3 == P3_REFUSE_LEN, "refusal layout");
 
-static uint32_t frame_crc(const uint8_t *hdr, const void *payload, uint32_t len)
+uint32_t p3_frame_crc_header(const void *hdr)
 {
 	static const uint8_t zero[4];
-	uint32_t crc;
 
-	crc = p3_crc32c(0, hdr, OFF_CRC);
-	crc = p3_crc32c(crc, zero, sizeof(zero));
-	return p3_crc32c(crc, payload, len);
+	return p3_crc32c(p3_crc32c(0, hdr, OFF_CRC), zero, sizeof(zero));
+}
+
+uint32_t p3_frame_crc_wire(const void *hdr)
+{
+	return get_be32((const uint8_t *)hdr + OFF_CRC);
+}
+
+static uint32_t frame_crc(const uint8_t *hdr, const void *payload, uint32_t len)
+{
+	return p3_crc32c(p3_frame_crc_header(hdr), payload, len);
 }
 
 P3_EXPORT int p3_frame_header(void *hdr, const struct p3_frame *f, const void *payload)

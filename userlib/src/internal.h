@@ -68,6 +68,12 @@ int p3_refusal_parse(const void *buf, size_t len, uint64_t cookie, unsigned int 
 /* tag.c: resolve P3_METHOD_DEFAULT to the process-wide method. */
 int p3_tag_resolve(int method);
 
+/* frame.c, for payloads checked as they arrive: the CRC of a header whose
+ * crc field is taken as zero (chain the payload onto it with p3_crc32c()),
+ * and the CRC the header carries. */
+uint32_t p3_frame_crc_header(const void *hdr);
+uint32_t p3_frame_crc_wire(const void *hdr);
+
 /* crc32c.c: CRC-32C without the CPU's instruction (p3_crc32c() picks the fastest
  * at run time); internal, for the tests to check both paths.
  */
