@@ -335,6 +335,21 @@ int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t 
 		 uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
 		 int timeout_ms);
 
+/*
+ * As p3_chan_send(), without the copy: the frames' payloads are written to
+ * the socket from data itself, so data must stay unchanged until libp3
+ * says it no longer reads it.  It says so with a completion on this
+ * sending channel, one per call, from p3_chan_next() (p3_chan_fd() turns
+ * readable for it): tensor, iter, bytes = length once all of it was
+ * written, or bytes = 0 if the band failed first.  p3_chan_close() ends
+ * every reference at once.  A buffer changed before its completion is
+ * refused by the receiver (its checksum no longer matches), never
+ * delivered altered.
+ */
+int p3_chan_send_ref(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
+		     uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
+		     int timeout_ms);
+
 /* A tensor's memory, as p3_chan_send_plan_bufs() reads it. */
 struct p3_buf {
 	const void	*data;

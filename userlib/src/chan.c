@@ -203,3 +203,29 @@ P3_EXPORT int p3_chan_band_status(const struct p3_chan *c, unsigned int band)
 	chan_unlock(w);
 	return v;
 }
+
+int done_reserve(struct p3_chan *c, size_t n)
+{
+	struct p3_completion *v;
+	size_t cap, i;
+
+	if (c->done_cap - c->done_n >= n)
+		return 0;
+	for (cap = c->done_cap ? c->done_cap : 64; cap - c->done_n < n; cap *= 2)
+		;
+	v = malloc(cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < c->done_n; i++)
+		v[i] = c->done[(c->done_head + i) % c->done_cap];
+	free(c->done);
+	c->done = v;
+	c->done_cap = cap;
+	c->done_head = 0;
+	return 0;
+}
+
+void done_push(struct p3_chan *c, const struct p3_completion *d)
+{
+	c->done[(c->done_head + c->done_n++) % c->done_cap] = *d;
+}

@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <pthread.h>
 
+#include <sys/uio.h>
+
 #include "internal.h"
 
 enum { P3_ROLE_TX = 1, P3_ROLE_RX };
@@ -14,13 +16,22 @@ enum { P3_ROLE_TX = 1, P3_ROLE_RX };
 #define CHAN_DEFAULT_TIMEOUT_MS	10000
 
 /* Sender: one queued message, its frames already encoded. */
+/* A message's wire bytes are a list of pieces: one (its frames, copied in)
+ * or, for p3_chan_send_ref(), each frame's header here and its payload in
+ * the caller's memory, written from there. */
 struct tx_msg {
-	uint64_t	iter;
-	uint32_t	prio;
-	uint64_t	seq;		/* arrival order breaks ties */
-	size_t		len;
-	size_t		sent;
-	uint8_t		data[];
+	uint64_t		iter;
+	uint32_t		prio;
+	uint64_t		seq;		/* arrival order breaks ties */
+	size_t			len;		/* bytes on the wire */
+	size_t			sent;
+	struct iovec		*iov;
+	size_t			niov;
+	size_t			iov_at;		/* first piece not all written */
+	size_t			iov_off;	/* bytes of it written */
+	int			ref;		/* caller's memory: complete it when done */
+	struct p3_completion	done;		/* ref: what p3_chan_next() says */
+	uint8_t			data[];
 };
 
 struct tx_band {
@@ -102,8 +113,14 @@ struct p3_chan {
 	size_t			done_head;
 	size_t			done_n;
 	size_t			done_cap;
+	size_t			refs;		/* sender: ref messages not yet completed */
 	int			err_report;	/* first unreported conn error */
 };
+
+/* Completions (chan.c): room for n more is made first, so that pushing
+ * never fails where a completion must not be lost. */
+int done_reserve(struct p3_chan *c, size_t n);
+void done_push(struct p3_chan *c, const struct p3_completion *d);
 
 struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload);
 /* The caller's options (NULL: the defaults) into *o, at the caller's size. */

@@ -187,27 +187,6 @@ P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint
 
 /* ---------------------------------------------------------- completions */
 
-static int done_push(struct p3_chan *c, const struct p3_completion *d)
-{
-	struct p3_completion *v;
-	size_t cap, i;
-
-	if (c->done_n == c->done_cap) {
-		cap = c->done_cap ? c->done_cap * 2 : 64;
-		v = malloc(cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		for (i = 0; i < c->done_n; i++)
-			v[i] = c->done[(c->done_head + i) % c->done_cap];
-		free(c->done);
-		c->done = v;
-		c->done_cap = cap;
-		c->done_head = 0;
-	}
-	c->done[(c->done_head + c->done_n++) % c->done_cap] = *d;
-	return 0;
-}
-
 P3_EXPORT int p3_chan_next(struct p3_chan *c, struct p3_completion *out)
 {
 	int got;
@@ -320,6 +299,7 @@ static int rx_commit(struct p3_chan *c, const struct p3_frame *f)
 {
 	struct rx_tensor *t = tab_find(c, f->tensor);
 	struct p3_completion d;
+	int err;
 
 	if (!t->t_first)
 		t->t_first = p3_now_ns();
@@ -330,7 +310,10 @@ static int rx_commit(struct p3_chan *c, const struct p3_frame *f)
 	c->pending--;
 	d = (struct p3_completion){ .tensor = t->id, .iter = t->iter, .bytes = t->size,
 				    .t_first_ns = t->t_first, .t_done_ns = p3_now_ns() };
-	return done_push(c, &d);
+	err = done_reserve(c, 1);
+	if (!err)
+		done_push(c, &d);
+	return err;
 }
 
 /* A whole header is in k->buf: check it, reserve its range and aim the

@@ -73,20 +73,32 @@ static struct tx_msg *heap_pop(struct tx_band *tb)
 /* --------------------------------------------------------------- writing */
 
 /* A dead band loses what it held; the caller learns through its error. */
+/* m leaves the queue, all written or not: a ref message's completion
+ * tells the caller that its memory is no longer read (bytes 0: unsent). */
+static void msg_release(struct p3_chan *c, struct tx_msg *m, int written)
+{
+	c->queued -= m->len - m->sent;
+	if (m->ref) {
+		if (!written)
+			m->done.bytes = 0;
+		m->done.t_done_ns = p3_now_ns();
+		done_push(c, &m->done);
+		c->refs--;
+	}
+	free(m);
+}
+
 static void band_fail(struct p3_chan *c, struct tx_band *tb, int err)
 {
 	struct tx_msg *m;
 
 	tb->err = err;
 	if (tb->cur) {
-		c->queued -= tb->cur->len - tb->cur->sent;
-		free(tb->cur);
+		msg_release(c, tb->cur, 0);
 		tb->cur = NULL;
 	}
-	while ((m = heap_pop(tb))) {
-		c->queued -= m->len;
-		free(m);
-	}
+	while ((m = heap_pop(tb)))
+		msg_release(c, m, 0);
 	if (tb->fd >= 0)
 		close(tb->fd);
 	tb->fd = -1;
@@ -122,6 +134,35 @@ static int band_refusal(struct p3_chan *c, struct tx_band *tb)
 	return n < 0 ? -errno : -EPIPE;	/* closed without a word */
 }
 
+#define WRITE_IOV	64	/* pieces per sendmsg(), well under IOV_MAX */
+
+/* One sendmsg() of m's next pieces; advances m past what it took. */
+static ssize_t msg_write(int fd, struct tx_msg *m)
+{
+	struct iovec v[WRITE_IOV];
+	struct msghdr mh = { .msg_iov = v };
+	size_t i, left;
+	ssize_t n;
+
+	for (i = m->iov_at; i < m->niov && mh.msg_iovlen < WRITE_IOV; i++)
+		v[mh.msg_iovlen++] = m->iov[i];
+	v[0].iov_base = (uint8_t *)v[0].iov_base + m->iov_off;
+	v[0].iov_len -= m->iov_off;
+	n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	for (left = n > 0 ? (size_t)n : 0; left; ) {
+		size_t rest = m->iov[m->iov_at].iov_len - m->iov_off;
+
+		if (left < rest) {
+			m->iov_off += left;
+			break;
+		}
+		left -= rest;
+		m->iov_at++;
+		m->iov_off = 0;
+	}
+	return n;
+}
+
 /* Write what the socket takes.  Preemption happens here: a message is
  * chosen only when the previous one is completely written. */
 static void band_write(struct p3_chan *c, struct tx_band *tb)
@@ -133,8 +174,7 @@ static void band_write(struct p3_chan *c, struct tx_band *tb)
 			tb->cur = heap_pop(tb);
 		if (!tb->cur)
 			return;
-		n = send(tb->fd, tb->cur->data + tb->cur->sent, tb->cur->len - tb->cur->sent,
-			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = msg_write(tb->fd, tb->cur);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -148,7 +188,7 @@ static void band_write(struct p3_chan *c, struct tx_band *tb)
 		tb->cur->sent += n;
 		c->queued -= n;
 		if (tb->cur->sent == tb->cur->len) {
-			free(tb->cur);
+			msg_release(c, tb->cur, 1);
 			tb->cur = NULL;
 		}
 	}
@@ -280,7 +320,19 @@ static size_t msg_wire_size(const struct p3_chan *c, const struct p3_send *s, si
 	return total;
 }
 
-/* Encode the slices as frames no longer than max_payload each. */
+/* Frames of the slices, max_payload bytes each at most (their sizes
+ * were checked by msg_wire_size()). */
+static size_t msg_frames(const struct p3_chan *c, const struct p3_send *s, size_t n)
+{
+	size_t i, frames = 0;
+
+	for (i = 0; i < n; i++)
+		frames += (size_t)((s[i].length + c->max_payload - 1) / c->max_payload);
+	return frames;
+}
+
+/* Encode the slices as frames no longer than max_payload each: copied
+ * after their headers, or (ref) left where they are, one piece each. */
 static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int level,
 		       const struct p3_send *s, size_t n)
 {
@@ -288,6 +340,8 @@ static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int l
 	uint64_t off, len;
 	size_t i;
 
+	if (!m->ref)
+		m->iov[m->niov++] = (struct iovec){ .iov_base = m->data, .iov_len = m->len };
 	for (i = 0; i < n; i++) {
 		for (off = 0; off < s[i].length; off += len) {
 			struct p3_frame f = {
@@ -302,6 +356,15 @@ static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int l
 			if (len > c->max_payload)
 				len = c->max_payload;
 			f.length = (uint32_t)len;
+			if (m->ref) {
+				const uint8_t *payload = (const uint8_t *)s[i].data + off;
+
+				p3_frame_header(p, &f, payload);
+				m->iov[m->niov++] = (struct iovec){ p, P3_FRAME_HDR_LEN };
+				m->iov[m->niov++] = (struct iovec){ (void *)payload, len };
+				p += P3_FRAME_HDR_LEN;
+				continue;
+			}
 			memcpy(p + P3_FRAME_HDR_LEN, (const uint8_t *)s[i].data + off, len);
 			p3_frame_header(p, &f, p + P3_FRAME_HDR_LEN);
 			p += P3_FRAME_HDR_LEN + len;
@@ -334,6 +397,7 @@ struct tx_spec {
 	const struct p3_send	*s;
 	size_t			n;
 	size_t			size;	/* on the wire, set by tx_check() */
+	int			ref;	/* send from the caller's memory */
 };
 
 /* Refuse a batch before any of it is queued: its total wire size, or an
@@ -373,28 +437,53 @@ static int heap_reserve(struct tx_band *tb, size_t more)
 	return 0;
 }
 
+/* A message with room for its bytes (copy) or headers (ref), and its
+ * pieces after them. */
+static struct tx_msg *msg_alloc(const struct p3_chan *c, const struct tx_spec *sp,
+				uint64_t iter)
+{
+	size_t frames = msg_frames(c, sp->s, sp->n), niov = sp->ref ? 2 * frames : 1;
+	size_t bytes = sp->ref ? frames * P3_FRAME_HDR_LEN : sp->size;
+	size_t at = (bytes + 15) & ~(size_t)15;		/* the pieces, aligned */
+	struct tx_msg *m = malloc(sizeof(*m) + at + niov * sizeof(struct iovec));
+
+	if (!m)
+		return NULL;
+	*m = (struct tx_msg){ .iter = iter, .prio = sp->prio, .len = sp->size,
+			      .iov = (struct iovec *)(m->data + at), .ref = sp->ref };
+	if (sp->ref)
+		m->done = (struct p3_completion){ .tensor = sp->s[0].tensor, .iter = iter,
+						  .bytes = sp->s[0].length,
+						  .t_first_ns = p3_now_ns() };
+	return m;
+}
+
 /* Encode every message, then reserve each band's heap, so that once the
  * first message is queued nothing can fail: all of the batch or none. */
 static int tx_build(struct p3_chan *c, const struct tx_spec *spec, size_t nspec,
 		    uint64_t iter, struct tx_msg **m)
 {
-	size_t need[P3_MAX_BANDS] = { 0 }, i;
+	size_t need[P3_MAX_BANDS] = { 0 }, i, refs;
 	unsigned int b;
 	int err = 0;
 
 	for (i = 0; i < nspec && !err; i++) {
-		m[i] = malloc(sizeof(*m[i]) + spec[i].size);
+		m[i] = msg_alloc(c, &spec[i], iter);
 		if (!m[i]) {
 			err = -ENOMEM;
 			break;
 		}
-		*m[i] = (struct tx_msg){ .iter = iter, .prio = spec[i].prio, .len = spec[i].size };
 		msg_encode(c, m[i], spec[i].level, spec[i].s, spec[i].n);
 		need[spec[i].level]++;
 	}
 	for (b = 0; b < c->bands && !err; b++)
 		if (need[b])
 			err = heap_reserve(&c->tx[b], need[b]);
+	/* Every ref message's completion has its place before it leaves. */
+	for (i = 0, refs = 0; i < nspec; i++)
+		refs += spec[i].ref;
+	if (!err && refs)
+		err = done_reserve(c, c->refs + refs);
 	if (err)
 		while (i--)
 			free(m[i]);
@@ -428,6 +517,7 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 		m[i]->seq = c->seq++;
 		heap_push(&c->tx[spec[i].level], m[i]);
 		c->queued += m[i]->len;
+		c->refs += m[i]->ref;
 		touched |= 1ull << spec[i].level;
 	}
 	free(m);
@@ -465,6 +555,24 @@ P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio,
 	struct p3_send s = { .tensor = tensor, .offset = offset, .data = data, .length = length };
 
 	return p3_chan_send_msg(c, level, prio, iter, &s, 1, timeout_ms);
+}
+
+P3_EXPORT int p3_chan_send_ref(struct p3_chan *c, unsigned int level, uint32_t prio,
+			       uint64_t iter, uint32_t tensor, uint64_t offset, const void *data,
+			       uint64_t length, int timeout_ms)
+{
+	struct p3_send s = { .tensor = tensor, .offset = offset, .data = data, .length = length };
+	struct tx_spec spec = { .level = level, .prio = prio, .s = &s, .n = 1, .ref = 1 };
+	int err;
+
+	if (!c || c->role != P3_ROLE_TX || !data || !length)
+		return -EINVAL;
+	err = chan_enter(c);
+	if (err)
+		return err;
+	err = tx_queue(c, &spec, 1, iter, timeout_ms);
+	chan_unlock(c);
+	return err;
 }
 
 /* A plan as messages: adjacent slices sharing a msg id are one message,
@@ -562,11 +670,12 @@ P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, siz
 int tx_push_hello(struct p3_chan *c, unsigned int band)
 {
 	size_t len = P3_FRAME_HDR_LEN + P3_HELLO_LEN;
-	struct tx_msg *m = malloc(sizeof(*m) + len);
+	struct tx_spec spec = { .size = len };
+	struct tx_msg *m = msg_alloc(c, &spec, 0);
 
 	if (!m)
 		return -ENOMEM;
-	*m = (struct tx_msg){ .len = len };
+	m->iov[m->niov++] = (struct iovec){ .iov_base = m->data, .iov_len = len };
 	p3_hello_build(m->data, &(struct p3_hello){
 		.chan_id = c->id, .cookie = c->cookie, .band = (uint8_t)band,
 		.bands = (uint8_t)c->bands, .proto = P3_PROTO_MAX,
