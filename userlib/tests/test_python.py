@@ -542,6 +542,34 @@ class BufferTest(unittest.TestCase):
         a.flags.writeable = False
         self.assertEqual(p3._Buf(a).ptr, a.ctypes.data)
 
+    def test_send_without_copy(self):
+        """copy=False: a torch tensor is written from its own memory, the
+        channel holds it until its completion, then lets it go."""
+        import torch
+        src = [torch.arange(i * 100000, (i + 1) * 100000, dtype=torch.float32)
+               for i in range(5)]
+        out = [np.zeros(100000, dtype=np.float32) for _ in src]
+        held = []
+        with p3.Listener() as lst:
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=2)
+            rx = lst.accept(timeout=10)
+            for i, o in enumerate(out):
+                rx.expect(i, o, iteration=2)
+            for i, t in enumerate(src):
+                tx.send(i, t.numpy(), level=i % 2, iteration=2, copy=False)
+            held.append(tx.sending)
+            got = rx.wait(timeout=30)
+            sent = tx.wait_sent(timeout=30)
+            held.append(tx.sending)
+            tx.close()
+            rx.close()
+        self.assertEqual(held, [5, 0])
+        self.assertEqual(sorted((c.tensor, c.iteration, c.bytes) for c in sent),
+                         [(i, 2, 400000) for i in range(5)])
+        self.assertEqual(len(got), 5)
+        for t, o in zip(src, out):
+            np.testing.assert_array_equal(t.numpy(), o)
+
     def test_held_while_used(self):
         ba = bytearray(16)
         b = p3._Buf(ba, writable=True)

@@ -167,6 +167,8 @@ _opts_init = _proto('p3_chan_opts_init', None, _P(_ChanOpts))
 _connect = _proto('p3_chan_connect', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
 _send = _proto('p3_chan_send', _int, _vp, _uint, _u32, _u64, _u32, _u64, _vp,
                _u64, _int)
+_send_ref = _proto('p3_chan_send_ref', _int, _vp, _uint, _u32, _u64, _u32, _u64,
+                   _vp, _u64, _int)
 _send_plan = _proto('p3_chan_send_plan_bufs', _int, _vp, _P(_Slice), _size,
                     _P(_BufRef), _size, _u64, _int)
 _queued = _proto('p3_chan_queued', _size, _vp)
@@ -460,6 +462,7 @@ class Channel:
     def __init__(self, handle: int) -> None:
         self._h = handle
         self._bufs = {}
+        self._sent_refs = {}    # (tensor, iteration): buffers the library reads
         self._mu = threading.Condition()
         self._users = 0
 
@@ -495,15 +498,58 @@ class Channel:
     # sender
     def send(self, tensor: int, data: BufferLike, level: int,
              iteration: int = 0, offset: int = 0, prio: int = 0,
-             timeout: Timeout = None) -> None:
+             timeout: Timeout = None, copy: bool = True) -> None:
         """Queue data as one message for tensor at offset.  The library
-        copies it into its queue, so data may be reused on return."""
+        copies it into its queue, so data may be reused on return; with
+        copy=False it is written from data itself (p3_chan_send_ref), and
+        the channel holds data until its completion is in, taken by
+        poll(), wait_sent() or flush(): do not change it until then."""
         b = _Buf(data)
         if not b.nbytes:
             raise ValueError('p3: cannot send an empty buffer')
-        _check(self._call(_send, int(level), int(prio), int(iteration),
-                          int(tensor), int(offset), b.ptr, b.nbytes,
-                          _ms(timeout)), 'send')
+        key = (int(tensor), int(iteration))
+        if copy:
+            _check(self._call(_send, int(level), int(prio), key[1], key[0],
+                              int(offset), b.ptr, b.nbytes, _ms(timeout)), 'send')
+            return
+        with self._mu:
+            self._sent_refs.setdefault(key, []).append(b)
+        try:
+            _check(self._call(_send_ref, int(level), int(prio), key[1], key[0],
+                              int(offset), b.ptr, b.nbytes, _ms(timeout)),
+                   'send')
+        except BaseException:
+            self._unref(key)
+            raise
+
+    def _unref(self, key):
+        with self._mu:
+            refs = self._sent_refs.get(key)
+            if refs:
+                refs.pop()
+                if not refs:
+                    del self._sent_refs[key]
+
+    @property
+    def sending(self) -> int:
+        """Buffers sent with copy=False that the library may still read."""
+        with self._mu:
+            return sum(len(v) for v in self._sent_refs.values())
+
+    def wait_sent(self, timeout: Timeout = None) -> list:
+        """Write until every copy=False buffer is released; returns their
+        completions (bytes 0: not sent, its band failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = []
+        while self.sending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done += self.poll(0.5 if left is None else min(left, 0.5))
+            if self.sending and deadline is not None and time.monotonic() >= deadline:
+                err = _error(_errno.ETIMEDOUT, 'wait_sent (%d buffers held)'
+                             % self.sending)
+                err.completions = done
+                raise err
+        return done
 
     def send_plan(self, slices: Iterable[Slice],
                   arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]],
@@ -534,7 +580,10 @@ class Channel:
         return self._call(_queued)
 
     def flush(self, timeout: Timeout = None) -> None:
+        """Write everything queued; copy=False buffers are released."""
         _check(self._call(_flush, _ms(timeout)), 'flush')
+        for d in self._call(self._take):
+            self._unref((d.tensor, d.iteration))
 
     # receiver
     def expect(self, tensor: int, array: BufferLike, iteration: int = 0) -> None:
@@ -586,7 +635,11 @@ class Channel:
         _check(self._call(_poll, _ms(timeout)), 'poll')
         done = self._call(self._take)
         for d in done:
-            self._release(d.tensor, d.iteration)
+            # A sender's completions are its copy=False buffers'.
+            if (d.tensor, d.iteration) in self._sent_refs:
+                self._unref((d.tensor, d.iteration))
+            else:
+                self._release(d.tensor, d.iteration)
         return done
 
     def wait(self, timeout: Timeout = None) -> list:
@@ -650,6 +703,8 @@ class Channel:
                 self._mu.wait()
             self._bufs.clear()
         _close(h)
+        with self._mu:
+            self._sent_refs.clear()     # closed: nothing reads them now
 
     def __enter__(self) -> Any:
         return self
