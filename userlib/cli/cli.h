@@ -1,19 +1,29 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What the files of p3ctl share: the formatting helpers and the doctor
- * command's entry point.
+ * What the files of p3ctl share: the formatting helpers, the Prometheus
+ * formatter and the doctor command's entry point.
  */
 #ifndef P3CTL_CLI_H
 #define P3CTL_CLI_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+struct p3_qdisc_stats;
 
 /* "root", "MAJ:" or "MAJ:MIN" in hexadecimal, as tc writes handles. */
 const char *fmt_handle(uint32_t h, char *buf, size_t len);
 
 /* A rate in bytes per second as tc writes it: "50Mbit". */
 const char *fmt_rate(double bytes_per_s, char *buf, size_t len);
+
+/*
+ * Print st, the p3 qdisc of dev, in the Prometheus text exposition format
+ * 0.0.4: HELP and TYPE before each family, labels device and handle (and
+ * band, cause).  0, or -EIO when writing to f failed.
+ */
+int prom_print(FILE *f, const char *dev, const struct p3_qdisc_stats *st);
 
 struct doctor_opts {
 	const char	*dev;		/* NULL: the default route's device */

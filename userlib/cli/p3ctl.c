@@ -5,6 +5,7 @@
  *   p3ctl [--json] add|change|replace DEV [parent ID] [handle ID] [OPTIONS]
  *   p3ctl [--json] del|show DEV [parent ID] [handle ID]
  *   p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]
+ *   p3ctl stat DEV [parent ID] [handle ID] --prometheus
  *   p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]
  */
 #include <errno.h>
@@ -29,6 +30,7 @@ struct cli {
 	uint32_t		handle;
 	struct p3_qdisc_opts	opts;
 	int			json;
+	int			prometheus;
 	int			watch;
 	long			count;
 	double			interval;
@@ -44,6 +46,7 @@ static void usage(FILE *f)
 	      "              [memory BYTES] [quantum BYTES] [rate RATE] [buckets N]\n"
 	      "       p3ctl [--json] del|show DEV [parent ID] [handle ID]\n"
 	      "       p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]\n"
+	      "       p3ctl stat DEV [parent ID] [handle ID] --prometheus\n"
 	      "       p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]\n"
 	      "ID is root, MAJ: or MAJ:MIN (hex); RATE as tc: 50mbit, 1gbit, 10mbps;\n"
 	      "BYTES: 64k, 16m (1024-based).  See p3ctl(1).\n", f);
@@ -213,6 +216,7 @@ static int parse_flags(struct cli *c, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },   { "version", no_argument, NULL, 'V' },
 		{ "tag", required_argument, NULL, 't' },
 		{ "sample", required_argument, NULL, 's' },
+		{ "prometheus", no_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *end;
@@ -225,6 +229,9 @@ static int parse_flags(struct cli *c, int argc, char **argv)
 			break;
 		case 'w':
 			c->watch = 1;
+			break;
+		case 'P':
+			c->prometheus = 1;
 			break;
 		case 'c':
 			c->count = strtol(optarg, &end, 10);
@@ -473,7 +480,14 @@ static int cmd_show(const struct cli *c, int stats)
 		    : p3_qdisc_get(c->dev, c->parent, c->handle, &st);
 	if (err)
 		return fail(stats ? "stat" : "show", err);
-	if (!stats && c->json) {
+	if (c->prometheus) {
+		/* All or nothing: a textfile collector must not read half. */
+		err = prom_print(stdout, c->dev, &st);
+		if (!err && fflush(stdout))
+			err = -errno;
+		if (err)
+			return fail("stat: writing the metrics", err);
+	} else if (!stats && c->json) {
 		putchar('{');
 		print_opts_json(&st);
 		printf("}\n");
@@ -522,6 +536,10 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (c.prometheus && strcmp(c.cmd, "stat") && strcmp(c.cmd, "stats")) {
+		fprintf(stderr, "p3ctl: --prometheus is stat's\n");
+		return 2;
+	}
 	if (!strcmp(c.cmd, "doctor"))
 		return cmd_doctor_args(&c);
 	if (c.doctor.tag || c.doctor.sample_s >= 0) {
@@ -540,8 +558,14 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(c.cmd, "show"))
 		return cmd_show(&c, 0);
-	if (!strcmp(c.cmd, "stat") || !strcmp(c.cmd, "stats"))
+	if (!strcmp(c.cmd, "stat") || !strcmp(c.cmd, "stats")) {
+		if (c.prometheus && (c.watch || c.json)) {
+			fprintf(stderr, "p3ctl: --prometheus prints one sample: not with %s\n",
+				c.watch ? "-w" : "--json");
+			return 2;
+		}
 		return c.watch ? cmd_watch(&c) : cmd_show(&c, 1);
+	}
 	fprintf(stderr, "p3ctl: unknown command \"%s\"\n", c.cmd);
 	usage(stderr);
 	return 2;
