@@ -6,7 +6,8 @@
 #   make check-debug   VM selftests, netlink fuzzing, churn and fault injection
 #                      on a debug kernel (KASAN, lockdep, kmemleak), built once
 #   make demo          the main job: VGG-19 training emulation, FIFO vs P3
-#   make install       module (running kernel), plugin, libp3, man pages
+#   make install       module (running kernel), plugin, libp3, man pages,
+#                      the systemd unit p3@.service and /etc/default/p3
 #   make dkms-install  copy the module sources for DKMS
 # W=1 and C=2 are passed on to kbuild (e.g. `make module W=1 C=2`).
 
@@ -14,6 +15,7 @@ BUILD   := $(CURDIR)/build
 VERSION := 0.2
 PREFIX  ?= /usr/local
 DESTDIR ?=
+SYSTEMDUNITDIR ?= /lib/systemd/system
 # Every kernel with headers installed; set KVERS to build for fewer.
 KVERS   ?= $(sort $(patsubst /lib/modules/%/build,%,$(wildcard /lib/modules/*/build)))
 KVER    ?= $(shell uname -r)
@@ -22,7 +24,7 @@ MODDIR  := $(BUILD)/kmod
 export BUILD
 
 .PHONY: all deps module tc userlib udpflood check check-run check-debug demo demo-run \
-	install module-install dkms-install clean
+	install module-install dist-install dkms-install clean
 
 all: module tc userlib udpflood
 
@@ -66,6 +68,18 @@ install: module-install
 	@$(MAKE) --no-print-directory -C tc install BUILD=$(BUILD) DESTDIR=$(DESTDIR)
 	@$(MAKE) --no-print-directory -C userlib install BUILD=$(BUILD) DESTDIR=$(DESTDIR) PREFIX=$(PREFIX)
 	install -D -m 644 docs/tc-p3.8 $(DESTDIR)$(PREFIX)/share/man/man8/tc-p3.8
+	@$(MAKE) --no-print-directory dist-install DESTDIR=$(DESTDIR) PREFIX=$(PREFIX)
+
+# p3@.service, with p3ctl where this install puts it, and the example
+# /etc/default/p3 unless there is one: a host's own options are kept.
+dist-install:
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed 's|/usr/bin/p3ctl|$(PREFIX)/bin/p3ctl|' dist/systemd/p3@.service \
+		>$(DESTDIR)$(SYSTEMDUNITDIR)/p3@.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/p3@.service
+	[ -e $(DESTDIR)/etc/default/p3 ] || \
+		install -D -m 644 dist/default/p3 $(DESTDIR)/etc/default/p3
+	[ -n "$(DESTDIR)" ] || [ ! -d /run/systemd/system ] || systemctl daemon-reload
 
 module-install:
 	@scripts/kmod-build.sh "$(KVER)" "$(MODDIR)/$(KVER)"
