@@ -125,6 +125,25 @@ sys.exit(0 if len(b) == 8 and b[0]['packets'] > 0 and
 PYEOF
 }
 
+# The exporter on the live qdisc: each band's packet counter is the JSON
+# stat's, read just after it (a stray packet or two may pass in between).
+prometheus_matches_stat() {
+	ip netns exec "$A" "$P3CTL" stat va --prometheus >"$TMP/stat.prom" &&
+		ip netns exec "$A" "$P3CTL" --json stat va >"$TMP/stat.json" || return 1
+	"$PY" - "$TMP/stat.prom" "$TMP/stat.json" <<'PYEOF'
+import json, re, sys
+prom = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'p3_band_sent_packets_total\{.*band="(\d+)".*\} (\d+)$', line)
+    if m:
+        prom[int(m.group(1))] = int(m.group(2))
+stat = [b['packets'] for b in json.load(open(sys.argv[2]))['bands']]
+print('# prometheus band packets:', [prom.get(b) for b in range(len(stat))])
+sys.exit(0 if len(prom) == len(stat) == 8 and sum(stat) > 0 and
+         all(0 <= stat[b] - prom[b] <= 3 for b in range(8)) else 1)
+PYEOF
+}
+
 echo "# libp3 VM integration, kernel $(uname -r)"
 modprobe sch_p3 2>/dev/null
 setup_topology
@@ -144,6 +163,8 @@ tap $r "tc (with the q_p3 plugin) sees the same qdisc"
 run_case "p3 50mbit" --require-order --result "$TMP/p3.result"
 band_stats_ok
 tap $? "per-band statistics: band 0 and the bulk bands carried packets"
+prometheus_matches_stat
+tap $? "p3ctl stat --prometheus: the live qdisc's per-band packets, as the JSON stat has them"
 
 # The CLI against the live qdisc: change, a refused change, live view.
 ip netns exec "$A" "$P3CTL" change va rate 100mbit &&
