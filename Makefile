@@ -9,6 +9,8 @@
 #   make install       module (running kernel), plugin, libp3, man pages,
 #                      the systemd unit p3@.service and /etc/default/p3
 #   make dkms-install  copy the module sources for DKMS
+#   make deb           Debian packages in build/deb/ (sch-p3-dkms, libp3-1,
+#                      libp3-dev, python3-p3, p3-tools), checked by lintian
 # W=1 and C=2 are passed on to kbuild (e.g. `make module W=1 C=2`).
 
 BUILD   := $(CURDIR)/build
@@ -24,7 +26,7 @@ MODDIR  := $(BUILD)/kmod
 export BUILD
 
 .PHONY: all deps module tc userlib udpflood check check-run check-debug demo demo-run \
-	install module-install dist-install dkms-install clean
+	install module-install dist-install dkms-install deb clean
 
 all: module tc userlib udpflood
 
@@ -88,6 +90,9 @@ module-install:
 	[ -n "$(DESTDIR)" ] || depmod -a $(KVER)
 
 DKMS_DIR := $(DESTDIR)/usr/src/sch_p3-$(VERSION)
+deb:
+	@scripts/deb-build.sh
+
 dkms-install:
 	install -d $(DKMS_DIR)/kmod $(DKMS_DIR)/include/uapi/linux
 	install -m 644 dkms.conf Kbuild $(DKMS_DIR)/

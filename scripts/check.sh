@@ -28,6 +28,7 @@ suite build scripts/build-checks.sh
 suite tc-parse tc/test-parse.sh
 suite userlib make --no-print-directory -C userlib check WERROR=1 BUILD="$top/build"
 suite units dist/test_units.sh "$top/build/userlib/p3ctl"
+suite deb dist/test_deb.sh
 suite models /usr/bin/python3 bench/train/test_models.py
 for k in $(selftests/vm-run --list-kernels); do
 	suite "vm-$k" selftests/vm-run --kernel "$k" --timeout 2400 -- \

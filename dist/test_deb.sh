@@ -1,0 +1,107 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The Debian packages end to end (TAP): `make deb` builds them and lintian
+# passes; `apt install ./*.deb` on this host makes DKMS build sch_p3 for
+# every kernel with headers; p3ctl, pkg-config and a program linked against
+# libp3 work here; in a VM booted on each of those kernels (vm-run
+# --installed: nothing from the source tree) tc loads the DKMS module on
+# demand and the binding tags through the installed libp3
+# (dist/test_deb_guest.sh); `apt remove` leaves only the conffile,
+# `apt purge` nothing. Needs root; installs and removes packages on this
+# host, so it is for CI machines and VMs.
+#   dist/test_deb.sh
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+n=0 failed=0
+pkgs=(sch-p3-dkms libp3-1 libp3-dev python3-p3 p3-tools)
+tmp=$(mktemp -d)
+tap() {	# status name
+	n=$((n + 1))
+	if [ "$1" -eq 0 ]; then echo "ok $n - deb: $2"
+	else echo "not ok $n - deb: $2"; failed=1; fi
+}
+diag() { sed 's/^/# /'; }
+finish() {
+	echo "1..$n"
+	exit $failed
+}
+# Whatever happens, the host is left without the packages.
+cleanup() {
+	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "${pkgs[@]}" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "ok 1 - deb: install test # SKIP needs root (it installs packages)"
+	echo "1..1"
+	exit 0
+fi
+
+make --no-print-directory -s -C "$top" deb >"$tmp/deb.log" 2>&1
+rc=$?
+diag <"$tmp/deb.log"
+tap $rc "make deb: the five packages, lintian without errors or warnings"
+[ $rc -eq 0 ] || finish
+debs=()
+for p in "${pkgs[@]}"; do debs+=("$top"/build/deb/"$p"_*.deb); done
+
+kernels=$(cd /lib/modules && for k in *; do
+	[ -e "$k/build/Makefile" ] && echo "$k"; done)
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >"$tmp/apt.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || diag <"$tmp/apt.log"
+tap $rc "apt install ./*.deb"
+dkms status sch_p3 2>&1 | diag
+bad=0
+for k in $kernels; do
+	ko=$(ls /lib/modules/"$k"/updates/dkms/sch_p3.ko* 2>/dev/null)
+	modinfo -F version "$ko" 2>/dev/null | grep -qx 0.2 || bad=1
+	echo "# $k: ${ko:-no module}"
+done
+[ -n "$kernels" ] && [ $bad -eq 0 ]
+tap $? "DKMS built sch_p3 0.2 for every kernel with headers ($(echo $kernels))"
+
+p3ctl 2>&1 | head -1 | diag
+[ "$(command -v p3ctl)" = /usr/bin/p3ctl ] && [ -x /usr/bin/p3torchrun ] &&
+	man -w p3ctl >/dev/null 2>&1 && man -w tc-p3 >/dev/null 2>&1 &&
+	man -w p3torchrun >/dev/null 2>&1 &&
+	[ -f /lib/systemd/system/p3@.service ] && [ -f /etc/default/p3 ]
+tap $? "p3ctl, p3torchrun, their man pages and tc-p3(8), p3@.service, /etc/default/p3"
+
+# libp3-dev: a program built with pkg-config runs on libp3.so.1.
+cat >"$tmp/v.c" <<'CEOF'
+#include <p3.h>
+#include <stdio.h>
+int main(void) { puts(p3_version()); return 0; }
+CEOF
+cc -o "$tmp/v" "$tmp/v.c" $(pkg-config --cflags --libs libp3) 2>&1 | diag
+out=$("$tmp/v" 2>&1)
+echo "# p3_version(): $out; $(ldd "$tmp/v" | grep libp3)"
+[ "$out" = "$(pkg-config --modversion libp3)" ] && ldd "$tmp/v" | grep -q 'libp3.so.1 => /usr/lib/'
+tap $? "libp3-dev: cc \$(pkg-config --cflags --libs libp3) links libp3.so.1; p3_version() is the .pc's"
+
+for k in $kernels; do
+	"$top/selftests/vm-run" --installed --kernel "$k" --timeout 600 -- \
+		dist/test_deb_guest.sh "$n" >"$tmp/guest.tap" 2>&1
+	rc=$?
+	cat "$tmp/guest.tap"
+	n=$(grep -cE '^(not )?ok ' "$tmp/guest.tap" | awk -v n="$n" '{ print n + $1 }')
+	grep -q '^not ok' "$tmp/guest.tap" && failed=1
+	[ $rc -eq 0 ] || tap 1 "$k: the guest exited with status $rc"
+done
+
+# What the packages installed, to look for after removal.
+for p in "${pkgs[@]}"; do dpkg -L "$p"; done | sort -u >"$tmp/files"
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq "${pkgs[@]}" >"$tmp/apt.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || diag <"$tmp/apt.log"
+left=$(while read -r f; do [ -f "$f" ] || [ -L "$f" ] && echo "$f"; done <"$tmp/files")
+left+=$(ls /lib/modules/*/updates/dkms/sch_p3.ko* /var/lib/dkms/sch_p3 2>/dev/null)
+echo "# left after remove: $(echo $left)"
+[ $rc -eq 0 ] && [ "$left" = /etc/default/p3 ]
+tap $? "apt remove: every file and DKMS module gone, but the conffile /etc/default/p3"
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "${pkgs[@]}" >"$tmp/apt.log" 2>&1
+[ ! -e /etc/default/p3 ] && ! dpkg -l "${pkgs[@]}" 2>/dev/null | grep -q '^[ir]'
+tap $? "apt purge: nothing left, not even the package records"
+finish
