@@ -274,12 +274,18 @@ def expect_levels(chk, label, sent, delta, untagged, proto):
     chk.expect(untagged < 20, f"{label}: {untagged} packets untagged")
 
 
-def expect_default_band(chk, label, sent, delta, proto):
-    """The tag was lost: everything in the least urgent band."""
+def expect_default_band(chk, label, sent, delta, proto, chatter=0):
+    """The tag was lost: everything in the least urgent band. With tag
+    priority the host's own control packets (IGMP and MLD reports, at
+    TC_PRIO_CONTROL 7, read as level 6) may add up to @chatter packets to
+    band 6: far fewer than the level-6 datagrams a kept tag would put
+    there."""
     chk.note(f"{label}: {show(sent, delta, proto)}")
     field = "pkts" if proto == "udp" else "bytes"
     urgent = sum(delta.get(b, {}).get(field, 0) for b in range(BANDS - 1))
-    chk.expect(urgent == 0, f"{label}: {urgent} {field} in bands 0..6")
+    control = delta.get(BANDS - 2, {}).get(field, 0) if chatter else 0
+    chk.expect(urgent - control == 0 and control <= chatter < sent[BANDS - 2] // 2,
+               f"{label}: {urgent} {field} in bands 0..6")
     chk.expect(delta.get(BANDS - 1, {}).get(field, 0) >= sum(sent.values()),
                f"{label}: the default band missed some")
 
@@ -351,7 +357,8 @@ def test_pod_priority_lost(chk):
         dst = routed()
         sh(f"tc qdisc add dev h0 root p3 tag {source}", ns=HOST)
         sent, delta, _ = send(dst[4], "udp", method=source, user=False)
-        expect_default_band(chk, f"pod, tag {source}", sent, delta, "udp")
+        expect_default_band(chk, f"pod, tag {source}", sent, delta, "udp",
+                            chatter=3 if source == "priority" else 0)
         r = role(POD, ["send", "--dst", dst[4], "--method", source,
                        "--levels", "1", "--base", "1"], user=False)
         chk.expect("RuntimeWarning" in r.stderr and "veth" in r.stderr,
