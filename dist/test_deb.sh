@@ -26,8 +26,10 @@ finish() {
 	exit $failed
 }
 # Whatever happens, the host is left without the packages.
+# dpkg, not apt: apt forgets a package from a local .deb once it is
+# removed, and refuses to purge what it does not know.
 cleanup() {
-	DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "${pkgs[@]}" >/dev/null 2>&1
+	dpkg --purge "${pkgs[@]}" >/dev/null 2>&1
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -78,7 +80,10 @@ CEOF
 cc -o "$tmp/v" "$tmp/v.c" $(pkg-config --cflags --libs libp3) 2>&1 | diag
 out=$("$tmp/v" 2>&1)
 echo "# p3_version(): $out; $(ldd "$tmp/v" | grep libp3)"
-[ "$out" = "$(pkg-config --modversion libp3)" ] && ldd "$tmp/v" | grep -q 'libp3.so.1 => /usr/lib/'
+# /lib is /usr/lib on a merged /usr (Debian 12): ldconfig may name either.
+lib=$(ldd "$tmp/v" | sed -n 's/.*libp3\.so\.1 => \([^ ]*\).*/\1/p')
+[ "$out" = "$(pkg-config --modversion libp3)" ] &&
+	[[ $(readlink -f "$lib") == /usr/lib/*/libp3.so.1.0.0 ]]
 tap $? "libp3-dev: cc \$(pkg-config --cflags --libs libp3) links libp3.so.1; p3_version() is the .pc's"
 
 for k in $kernels; do
@@ -96,12 +101,19 @@ for p in "${pkgs[@]}"; do dpkg -L "$p"; done | sort -u >"$tmp/files"
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq "${pkgs[@]}" >"$tmp/apt.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || diag <"$tmp/apt.log"
-left=$(while read -r f; do [ -f "$f" ] || [ -L "$f" ] && echo "$f"; done <"$tmp/files")
+# Directories (and /lib, a link to one on a merged /usr) are shared.
+left=$(while read -r f; do
+	[ ! -d "$f" ] && { [ -f "$f" ] || [ -L "$f" ]; } && echo "$f"; done <"$tmp/files")
 left+=$(ls /lib/modules/*/updates/dkms/sch_p3.ko* /var/lib/dkms/sch_p3 2>/dev/null)
 echo "# left after remove: $(echo $left)"
 [ $rc -eq 0 ] && [ "$left" = /etc/default/p3 ]
 tap $? "apt remove: every file and DKMS module gone, but the conffile /etc/default/p3"
-DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq "${pkgs[@]}" >"$tmp/apt.log" 2>&1
-[ ! -e /etc/default/p3 ] && ! dpkg -l "${pkgs[@]}" 2>/dev/null | grep -q '^[ir]'
+dpkg --purge "${pkgs[@]}" >"$tmp/apt.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || diag <"$tmp/apt.log"
+# dpkg -l's second letter is the state: n (not installed) is all a purge
+# may leave (c would be config files).
+[ $rc -eq 0 ] && [ ! -e /etc/default/p3 ] &&
+	! dpkg -l "${pkgs[@]}" 2>/dev/null | grep -qE '^[a-z][a-mo-z] '
 tap $? "apt purge: nothing left, not even the package records"
 finish

@@ -65,6 +65,8 @@ def role_send(a):
                 n = a.base + level
                 for _ in range(n):
                     s.sendto(b"x" * 200, (a.dst, 9))
+                    if a.ready and not os.path.exists(a.ready):
+                        open(a.ready, "w").close()
                     if a.seconds:
                         time.sleep(0.002)
             else:
@@ -401,10 +403,19 @@ def doctor(args, traffic=None):
     (a method) during its sample; returns (exit status, its report)."""
     bg = None
     if traffic:
+        # The sample starts once the sender sends: starting Python takes
+        # over a second under TCG, longer than a fixed wait allowed.
+        ready = "/tmp/p3-deploy-send.ready"
+        if os.path.exists(ready):
+            os.unlink(ready)
         bg = role(POD, ["send", "--dst", UNDER[PEER][0], "--proto", "udp",
-                        "--method", traffic, "--seconds", "4"],
+                        "--method", traffic, "--seconds", "4",
+                        "--ready", ready],
                   user=traffic in ("default", "none"), wait=False)
-        time.sleep(0.5)
+        for _ in range(300):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.1)
     try:
         r = subprocess.run(["ip", "netns", "exec", HOST, P3CTL, "--json",
                             "doctor"] + args, stdout=subprocess.PIPE,
@@ -575,6 +586,7 @@ def main():
     s.add_argument("--base", type=int, default=10)
     s.add_argument("--bytes", type=int, default=30000)
     s.add_argument("--seconds", type=float, default=0)
+    s.add_argument("--ready", help="created once the first datagram is sent")
     k = sub.add_parser("sink")
     k.add_argument("--seconds", type=float, default=240)
     k.add_argument("--ready", required=True)
