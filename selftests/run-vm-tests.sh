@@ -38,6 +38,8 @@ if [ "$kernel" != debug ]; then
 	run /usr/bin/python3 selftests/p3_faults.py -t libp3 --prefix "$kernel: "
 	# Defaults, container hosts, overlays and p3ctl doctor.
 	run /usr/bin/python3 selftests/p3_deploy.py --prefix "$kernel: "
+	# p3 at the root, under mq and under mqprio of a 4-queue veth.
+	run /usr/bin/python3 selftests/p3_multiqueue.py --prefix "$kernel: "
 	# A real PyTorch job over the qdisc (too slow for the debug kernel).
 	run /usr/bin/python3 selftests/p3_torch.py --prefix "$kernel: torch: "
 fi
