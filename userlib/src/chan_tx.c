@@ -72,7 +72,6 @@ static struct tx_msg *heap_pop(struct tx_band *tb)
 
 /* --------------------------------------------------------------- writing */
 
-/* A dead band loses what it held; the caller learns through its error. */
 /* m leaves the queue, all written or not: a ref message's completion
  * tells the caller that its memory is no longer read (bytes 0: unsent). */
 static void msg_release(struct p3_chan *c, struct tx_msg *m, int written)
@@ -88,6 +87,7 @@ static void msg_release(struct p3_chan *c, struct tx_msg *m, int written)
 	free(m);
 }
 
+/* A dead band loses what it held; the caller learns through its error. */
 static void band_fail(struct p3_chan *c, struct tx_band *tb, int err)
 {
 	struct tx_msg *m;
