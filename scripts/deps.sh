@@ -5,7 +5,7 @@
 # Safe to run again: it only calls apt when a package is missing.
 set -euo pipefail
 
-# Each package with why it is needed: a fresh machine says what it
+# Every package with why it is needed: a fresh machine says what it
 # fetches. Kernels: 6.1 is bookworm's own; 6.12 comes from
 # bookworm-security. The meta-packages keep each image and its headers at
 # the same version.
@@ -36,18 +36,9 @@ declare -A why=(
 	[groff-base]="checks the man pages"
 	[man-db]="checks the man pages"
 )
-packages=(
-	build-essential pkg-config sparse kmod xz-utils zstd
-	linux-image-amd64 linux-headers-amd64
-	linux-image-6.12-amd64 linux-headers-6.12-amd64
-	qemu-system-x86 busybox-static
-	iproute2 iperf3 ethtool
-	libnl-3-dev libnl-route-3-dev
-	clang
-	python3 python3-numpy python3-matplotlib python3-torch python3-sklearn
-	groff-base man-db
-	"$@"
-)
+# The list is the table's keys (one place to add a package), then the
+# caller's.
+packages=("${!why[@]}" "$@")
 
 missing=()
 for p in "${packages[@]}"; do
