@@ -102,7 +102,7 @@ def enter_netns(name):
 class Cluster:
     """The namespaces, the bridge, and each host's egress shaper."""
 
-    def __init__(self, workers, servers, acks="reflect"):
+    def __init__(self, workers, servers, acks="stock"):
         self.acks = acks
         self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
         self.servers = [(f"s{i}", f"{SUBNET}.{100 + i}")
@@ -133,9 +133,10 @@ class Cluster:
                      "link set lo up\n"
                      f"route replace {SUBNET}.0/24 dev eth0 proto kernel "
                      f"scope link src {ip} rto_min {RTO_MIN}\n")
-            # acks=reflect: an accepted socket takes the DSCP of its SYN,
-            # so a band's ACKs travel in that band (libp3 leaves receiving
-            # sockets untagged, i.e. in p3's default band).
+            # acks=stock: libp3 tags each accepted socket with its band's
+            # level, so a band's ACKs travel in that band.  acks=reflect
+            # has the kernel do the same (the accepted socket takes its
+            # SYN's DSCP); kept to compare, as a deployment might set it.
             sh(f"ip netns exec {self.ns(h)} sysctl -qw "
                "net.ipv4.tcp_early_retrans=0 "
                f"net.ipv4.tcp_limit_output_bytes={TSQ_LIMIT} "
@@ -836,11 +837,12 @@ def main():
     ap.add_argument("--calibrate", action="store_true",
                     help="first measure one bulk flow through each shaper "
                     "at every rate of the sweep")
-    ap.add_argument("--acks", default="reflect",
-                    choices=("default", "reflect", "urgent"),
-                    help="p3kernel: where TCP's pure ACKs go: p3's default "
-                    "band (receiving sockets are untagged), the band of "
-                    "their flow (tcp_reflect_tos), or band 0 (u32 filter)")
+    ap.add_argument("--acks", default="stock",
+                    choices=("stock", "reflect", "urgent"),
+                    help="p3kernel: where TCP's pure ACKs go: where libp3 "
+                    "tags them with stock sysctls (their flow's band), "
+                    "their flow's band by tcp_reflect_tos=1 as well, or "
+                    "band 0 (u32 filter)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")

@@ -389,6 +389,8 @@ int p3_listener_fd(const struct p3_listener *l);
  * hello, or whose first bytes are not the frame magic (a health check, a
  * port scan), is closed silently.  One that starts as a p3 frame but whose
  * hello is bad is closed and its error returned; call again to go on.
+ * Each accepted socket is tagged (opts.tag_method) with its band's level,
+ * so that its ACKs travel in that band.
  * Every connection, and every channel short of bands, is given
  * opts.timeout_ms from its first connection, counted whether or not a
  * p3_accept() is running.  -ETIMEDOUT if no channel completes within

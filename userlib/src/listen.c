@@ -42,6 +42,7 @@ struct p3_listener {
 	int		timeout_ms;	/* for a hello, and for a whole channel */
 	int		progress;	/* channels get a progress thread */
 	int		peer_timeout_ms;
+	int		tag_method;	/* the accepted sockets' ACKs travel in their band */
 	struct pending	pend[MAX_PENDING];
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
@@ -103,6 +104,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	l->timeout_ms = o.timeout_ms ? o.timeout_ms : CHAN_DEFAULT_TIMEOUT_MS;	/* < 0: never */
 	l->progress = o.progress;
 	l->peer_timeout_ms = o.peer_timeout_ms;
+	l->tag_method = o.tag_method;
 	*out = l;
 	return 0;
 }
@@ -227,6 +229,12 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 	if (!c)
 		return -ENOMEM;
 	for (b = 0; b < g->bands; b++) {
+		/* A receiving socket sends only ACKs, but left untagged they
+		 * wait in the qdisc's least urgent band behind this host's own
+		 * traffic, and its sender's urgent band stalls on its ACK clock.
+		 * Tagged with the band's level, as the sender tagged its end. */
+		if (!err)
+			err = p3_tag_ex(g->fd[b], b, l->tag_method, 0);
 		if (!err)
 			err = chan_sock_peer_timeout(g->fd[b], l->peer_timeout_ms);
 		if (!err)

@@ -686,6 +686,62 @@ static void test_send_ref_changed(void)
 	free(dst);
 }
 
+/* ------------------------------------------------------- receivers' ACKs */
+
+static int sock_port(int fd, int peer)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int r = peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
+		     : getsockname(fd, (struct sockaddr *)&ss, &len);
+
+	if (r < 0)
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return -1;
+}
+
+/* This process's connected socket whose local port is port, or -1. */
+static int fd_by_local_port(int port, int except)
+{
+	int fd;
+
+	for (fd = 3; fd < 1024; fd++)
+		if (fd != except && sock_port(fd, 0) == port && sock_port(fd, 1) >= 0)
+			return fd;
+	return -1;
+}
+
+/* Every socket the listener accepted carries the level its sender's end
+ * carries, so that its ACKs travel in the band of the data they clock. */
+static void test_receiver_tags(const char *host)
+{
+	struct p3_listener *l = listen_any(host, 0);
+	struct p3_chan *tx = connect_to(host, 8, 0), *rx = NULL;
+	int lport = l ? p3_listener_port(l) : -1, fd, peer, seen = 0, match = 0;
+	int lfd = l ? p3_listener_fd(l) : -1, level;
+
+	if (tx && l && !p3_accept(l, 10000, &rx)) {
+		for (fd = 3; fd < 1024; fd++) {
+			if (fd == lfd || sock_port(fd, 0) != lport || sock_port(fd, 1) < 0)
+				continue;
+			seen++;
+			peer = fd_by_local_port(sock_port(fd, 1), fd);
+			level = p3_tag_get(fd, P3_METHOD_DEFAULT);
+			match += peer >= 0 && level >= 0 && level == p3_tag_get(peer, P3_METHOD_DEFAULT);
+		}
+	}
+	ok(rx && seen == 8 && match == 8,
+	   "%s: each of the 8 accepted sockets has its sender's level (%d of %d)", host, match,
+	   seen);
+	p3_chan_close(tx);
+	p3_chan_close(rx);
+	p3_listener_close(l);
+}
+
 int main(void)
 {
 	test_random_tensors("127.0.0.1", 4, 300, 1234);
@@ -698,5 +754,7 @@ int main(void)
 	test_failures();
 	test_send_ref();
 	test_send_ref_changed();
+	test_receiver_tags("127.0.0.1");
+	test_receiver_tags("::1");
 	return tap_done();
 }
