@@ -14,7 +14,7 @@ mkdir -p "$out"
 
 # A suite that dies without saying "not ok" still fails the run.
 suite() {
-	local name=$1 rc
+	local name=$1 rc t0=$SECONDS
 	shift
 	echo "# ==== $name: $*"
 	"$@" 2>&1 | tee "$out/$name.tap"
@@ -22,6 +22,7 @@ suite() {
 	if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$out/$name.tap"; then
 		echo "not ok - $name exited with status $rc" | tee -a "$out/$name.tap"
 	fi
+	echo "# ==== $name: took $((SECONDS - t0)) s"
 }
 
 suite build scripts/build-checks.sh

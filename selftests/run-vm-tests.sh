@@ -8,8 +8,10 @@ kernel=${1:-$(uname -r)}
 rc=0
 
 run() {
+	local t0=$SECONDS
 	echo "# ---- $*"
 	"$@" || rc=1
+	echo "# ---- took $((SECONDS - t0)) s: $1 ${2:-}"
 }
 
 # The debug kernel (KASAN, lockdep, kmemleak) runs several times slower
