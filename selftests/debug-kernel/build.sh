@@ -1,5 +1,5 @@
 #!/bin/bash
-# build.sh [--print-dir]: builds the debug guest kernel (KASAN, lockdep,
+# build.sh [--print-dir | --install-deps]: builds the debug guest kernel (KASAN, lockdep,
 # kmemleak, UBSAN, debug objects, fault injection) from Debian's
 # linux-source-6.1, once per machine, and prints the directory holding it:
 #
@@ -18,6 +18,8 @@
 # compiler's: a change to any of them builds a new kernel, anything else
 # reuses the cached one. --print-dir prints DIR and
 # exits 1 when no finished build is there, without building.
+# --install-deps installs what the build needs beyond `make deps`, with
+# scripts/deps.sh, and builds nothing.
 #
 # The machine has two cores shared with running guests, so the build runs
 # at nice 19 with -j2; the minimal configuration (see config) builds in
@@ -31,10 +33,14 @@ cache=${P3_DEBUG_KERNEL_CACHE:-/var/cache/sch_p3/debug-kernel}
 
 die() { echo "debug-kernel: $*" >&2; exit 1; }
 
+if [ "${1:-}" = --install-deps ]; then
+	exec "$here/../../scripts/deps.sh" linux-source-6.1 flex bison bc libelf-dev
+fi
+
 if ! srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null); then
 	# Nothing can have been built from it: no directory to print.
 	[ "${1:-}" = --print-dir ] && exit 1
-	die "linux-source-6.1 is not installed (scripts/check-debug.sh installs it)"
+	die "linux-source-6.1 is not installed ($0 --install-deps installs it)"
 fi
 key=$( { grep -E '^(CONFIG_|# CONFIG_)' "$fragment"; echo "$srcver"; gcc --version | head -n1; } |
 	sha256sum | cut -c1-16)
@@ -51,9 +57,9 @@ if [ -f "$dir/ok" ]; then
 fi
 [ -f "$tarball" ] || die "$tarball is missing"
 for t in flex bison bc; do
-	command -v $t >/dev/null || die "$t is missing (apt-get install flex bison bc libelf-dev)"
+	command -v $t >/dev/null || die "$t is missing ($0 --install-deps installs it)"
 done
-[ -f /usr/include/gelf.h ] || die "libelf-dev is missing (objtool needs it)"
+[ -f /usr/include/gelf.h ] || die "libelf-dev is missing (objtool needs it; $0 --install-deps)"
 
 mkdir -p "$cache"
 # One build at a time; a second caller waits and then finds it done.
