@@ -37,7 +37,7 @@ suite models /usr/bin/python3 bench/train/test_models.py
 # later. The debug pass below waits for it (build.sh's lock).
 if ! selftests/debug-kernel/build.sh --print-dir >/dev/null; then
 	if selftests/debug-kernel/build.sh --install-deps; then
-		selftests/debug-kernel/build.sh >"$out/debug-kernel-build.log" 2>&1 &
+		nice -n 19 selftests/debug-kernel/build.sh >"$out/debug-kernel-build.log" 2>&1 &
 	fi
 fi
 kernels=($(selftests/vm-run --list-kernels))
