@@ -17,6 +17,13 @@ stack and the qdisc.  Packets are counted where the qdisc counts them
 (the root qdisc's packet counter, over rtnetlink) and as r0 receives
 them (/proc/net/dev).
 
+--icount (bench/overhead/run.sh --icount boots QEMU with `-icount
+shift=0` and one vCPU): the guest's clock then advances one
+nanosecond per guest instruction, so packets per guest second are packets
+per 10^9 instructions, whatever the host's load; sender, stack, qdisc and
+the receiver's drop share the one CPU, the same work for every qdisc but
+the qdisc's own.
+
 Every qdisc and flow count is measured --reps times, the order of the
 qdiscs rotating from one round to the next so that drift in the host's
 speed spreads over all of them.  noqueue (no qdisc at all) is the floor.
@@ -98,6 +105,9 @@ def main():
     ap.add_argument("--qdiscs", default=",".join(QDISCS))
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 1 round of 2 s")
+    ap.add_argument("--icount", action="store_true",
+                    help="the guest runs under QEMU's -icount shift=0 "
+                    "(run.sh --icount): record it, for the report")
     cfg = ap.parse_args()
     if cfg.quick:
         cfg.reps, cfg.seconds = 1, 2.0
@@ -112,9 +122,11 @@ def main():
     p3lib.sh("modprobe sch_p3")
     klog = p3lib.KernelLog()
     p3lib.topology(ipv6=False)
-    # Receive work on CPU 1, the sender on CPU 0 (udpflood -c 0).
-    p3lib.sh(f"sh -c 'echo 2 > /sys/class/net/{RDEV}/queues/rx-0/"
-             "rps_cpus'", ns=RCV)
+    # Receive work on CPU 1, the sender on CPU 0 (udpflood -c 0); with
+    # one CPU (--icount) both share it.
+    if (os.cpu_count() or 1) > 1:
+        p3lib.sh(f"sh -c 'echo 2 > /sys/class/net/{RDEV}/queues/rx-0/"
+                 "rps_cpus'", ns=RCV)
     # Drop the datagrams as early as the receiver can (no socket lookup,
     # no ICMP); ARP must still pass, and a static entry avoids it anyway.
     tc_batch(RCV, [f"qdisc add dev {RDEV} clsact",
@@ -141,7 +153,7 @@ def main():
     finally:
         p3lib.teardown()
     res = {"kernel": platform.release(), "cpus": os.cpu_count(),
-           "quick": cfg.quick, "size": cfg.size, "burst": cfg.burst,
+           "quick": cfg.quick, "icount": cfg.icount, "size": cfg.size, "burst": cfg.burst,
            "seconds": cfg.seconds, "reps": cfg.reps, "flows": flows,
            "qdiscs": qdiscs, "runs": runs, **provenance(),
            "kernel_problems": klog.new_problems(),

@@ -15,10 +15,37 @@ import hostmon  # noqa: E402
 
 BASE = "pfifo_fast"
 TARGET = 0.95
+FQ_CODEL_TARGET = 1.05
 
 
 def pps(r):
     return r["qdisc_pps"] if r["qdisc_pps"] is not None else r["send_pps"]
+
+
+def icount_lines(res, med):
+    """Under -icount shift=0 a guest second is 10^9 instructions: the
+    cost of a packet in instructions, and the qdisc's own part of it
+    (less noqueue's, the same path without a qdisc)."""
+    out = ["", "## Instructions per packet (-icount shift=0, one vCPU)", "",
+           "Guest time counts guest instructions, so these are counts, not "
+           "timings: the host's load does not enter.  \"own\" is the cost "
+           f"less noqueue's.  Target: p3 within {FQ_CODEL_TARGET:.2f}× of "
+           "fq_codel's.", "",
+           "| flows | qdisc | instructions per packet | own | ÷ fq_codel | "
+           "own ÷ fq_codel's own |", "|---:|---|---:|---:|---:|---:|"]
+    for nflows in res["flows"]:
+        ipp = {q: 1e9 / med[(nflows, q)] for q in res["qdiscs"]
+               if (nflows, q) in med}
+        floor, ref = ipp.get("noqueue"), ipp.get("fq_codel")
+        for q, v in ipp.items():
+            own = v - floor if floor else None
+            ref_own = ref - floor if floor and ref else None
+            out.append(
+                f"| {nflows} | {q} | {v:,.0f} | "
+                f"{'–' if own is None else f'{own:,.0f}'} | "
+                f"{'–' if not ref else f'{v / ref:.3f}'} | "
+                f"{'–' if not ref_own or own is None else f'{own / ref_own:.2f}'} |")
+    return out
 
 
 def main():
@@ -85,6 +112,8 @@ def main():
             lines.append(f"- {nflows} flow(s), 64 bands ÷ 8 bands: "
                          f"{statistics.median(r64):.3f} (rounds "
                          f"{min(r64):.2f}–{max(r64):.2f})")
+    if res.get("icount"):
+        lines += icount_lines(res, med)
     if res.get("kernel_problems"):
         lines += ["", "## Kernel log problems", ""] + \
             [f"    {ln}" for ln in res["kernel_problems"]]
