@@ -209,6 +209,19 @@ BACKGROUND = {
 }
 
 
+def wait_overflow(kind, least=2.0, most=30.0):
+    """Waits until the background traffic has overflowed the queue, the
+    premise of every goodput case: at least @least s, at most @most.
+    Under TCG 64 TCP connections can take seconds to open, and once the
+    urgent flow starts their untagged SYNs wait behind it: a fixed 2 s
+    once left them unopened for the whole measurement (0 drops)."""
+    t0 = time.monotonic()
+    time.sleep(least)
+    while (qdisc_json(kind=kind)["drops"] == 0 and
+           time.monotonic() - t0 < most):
+        time.sleep(0.5)
+
+
 def urgent_goodput(kind, opts, background, seconds=8):
     """Goodput, mean cwnd and retransmits of one urgent TCP flow (TOS 4)
     over a 20 Mbit/s link with 20 ms on the ACK path, beside @background
@@ -229,7 +242,7 @@ def urgent_goodput(kind, opts, background, seconds=8):
             # the overflowing band for long after its data stopped.
             bg = iperf(BACKGROUND[background] + ["-t", str(seconds + 60)],
                        BULK_PORT, wait=False)
-            time.sleep(2)
+            wait_overflow(kind)
         r = iperf(["-S", str(URGENT_TOS), "-t", str(seconds), "-O", "1"],
                   URGENT_PORT)
     finally:
