@@ -55,8 +55,7 @@
 #define P3_MAX_QUANTUM	(1U << 20)
 /* The pacer may make up for a late watchdog (or an idle gap) by sending
  * this much time's worth of bytes back to back, and no more: it is the
- * depth of a token bucket beyond the packet it pays for, and bounds
- * bursts at rate x P3_PACE_HORIZON plus one packet.
+ * depth of a token bucket, and bounds bursts at rate x P3_PACE_HORIZON.
  */
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below one GSO packet's truesize would drop everything. */
@@ -115,7 +114,7 @@ struct p3_config {
 struct p3_sched_data {
 	/* enqueue and dequeue */
 	u64			active;		/* bit b: band b holds packets */
-	u64			paid_until;	/* pacer: link time spent, ns */
+	u64			time_next_packet; /* pacer, ns */
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
 	u8			last_band;	/* served by the last dequeue */
@@ -674,52 +673,30 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	return NET_XMIT_CN;
 }
 
-/*
- * A token bucket, kept as the time up to which the link is spent
- * (paid_until; 0: nothing charged since the pacer was set, a full
- * bucket).  A packet is charged before it leaves, as tbf does, not after:
- * a bulk packet waits for its own tokens, and an urgent packet arriving
- * meanwhile is served first on the tokens earned so far, instead of
- * waiting out a bulk packet already sent on credit.
- */
-static u64 p3_pacer_cost(const struct p3_sched_data *q, u32 len)
+/* Returns true if the pacer lets the next packet go now. */
+static bool p3_pacer_allows(struct p3_sched_data *q)
 {
-	return div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
-}
+	u64 now;
 
-/* Returns true if the pacer lets a packet of len bytes go now. */
-static bool p3_pacer_allows(struct p3_sched_data *q, u32 len)
-{
-	u64 due;
-
-	if (!q->cfg.rate || !q->paid_until)
+	if (!q->cfg.rate)
 		return true;
-	due = q->paid_until + p3_pacer_cost(q, len);
-	if (ktime_get_ns() >= due)
+	now = ktime_get_ns();
+	if (now >= q->time_next_packet)
 		return true;
-	qdisc_watchdog_schedule_ns(&q->watchdog, due);
+	qdisc_watchdog_schedule_ns(&q->watchdog, q->time_next_packet);
 	q->stats.throttled++;
 	return false;
 }
 
 static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 {
-	u64 now, cost, depth;
+	u64 now;
 
 	if (!q->cfg.rate)
 		return;
 	now = ktime_get_ns();
-	cost = p3_pacer_cost(q, len);
-	/* Credit for this packet, and P3_PACE_HORIZON more: a watchdog
-	 * that fires late is made up for (with depth = cost alone, every
-	 * late timer would lose its lateness for good on packets that take
-	 * longer than the horizon: 1.7% of the rate with 64 KB GSO packets
-	 * at 40 Mbit/s under TCG).
-	 */
-	depth = P3_PACE_HORIZON + cost;
-	if (!q->paid_until || now - q->paid_until > depth)
-		q->paid_until = now - min(now, depth);
-	q->paid_until += cost;
+	q->time_next_packet = max(now - P3_PACE_HORIZON, q->time_next_packet) +
+			      div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 
 /*
@@ -732,7 +709,7 @@ static struct p3_flow *p3_next_flow(struct p3_sched_data *q)
 	struct p3_band *b;
 	struct p3_flow *flow;
 
-	if (!q->active)
+	if (!q->active || !p3_pacer_allows(q))
 		return NULL;
 
 	b = &q->bands[__ffs64(q->active)];
@@ -740,11 +717,10 @@ static struct p3_flow *p3_next_flow(struct p3_sched_data *q)
 	for (;;) {
 		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
 		if (flow->deficit > 0)
-			break;
+			return flow;
 		flow->deficit += q->cfg.quantum;
 		list_move_tail(&flow->band_node, &b->flows);
 	}
-	return p3_pacer_allows(q, qdisc_pkt_len(flow->head)) ? flow : NULL;
 }
 
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
@@ -807,7 +783,7 @@ static void p3_purge(struct Qdisc *sch)
 				p3_free_skb(p3_flow_pop(sch, flow));
 	}
 	p3_gc_all(q);
-	q->paid_until = 0;
+	q->time_next_packet = 0;
 }
 
 static void p3_reset(struct Qdisc *sch)
@@ -968,7 +944,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 		/* Pace at the new rate from now on, and wake up a dequeue that
 		 * the old rate put to sleep until some later time.
 		 */
-		q->paid_until = 0;
+		q->time_next_packet = 0;
 		if (q->active)
 			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
 	}

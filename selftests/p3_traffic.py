@@ -400,7 +400,7 @@ def test_own_rate(chk):
              f"{want / 1e6:.2f} Mbit/s ({got / want:.3f})")
     chk.expect(q1["qlen"] > 0, "premise: the queue ran dry, so the "
                "senders, not the pacer, set the rate")
-    chk.expect(abs(got / want - 1) <= 0.02, "rate off by more than 2%")
+    chk.expect(abs(got / want - 1) <= 0.05, "rate off by more than 5%")
 
 
 def test_lifecycle(chk):
