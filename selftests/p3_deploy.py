@@ -552,26 +552,10 @@ TESTS = [
 
 
 def run(args):
-    tap = p3lib.Tap(args.prefix)
-    klog = p3lib.KernelLog()
     sh("modprobe sch_p3")
-    for name, fn in TESTS:
-        if args.test and name not in args.test:
-            continue
-        chk = p3lib.Check()
-        t0 = time.monotonic()
-        try:
-            fn(chk)
-        except Exception as e:  # a crashed test is a failed test
-            chk.failures.append(f"exception: {e!r}")
-        finally:
-            teardown()
-        for line in klog.new_problems():
-            chk.failures.append(f"kernel log: {line}")
-        chk.note(f"took {time.monotonic() - t0:.1f} s")
-        tap.result(not chk.failures, f"deploy: {name}",
-                   "\n".join(chk.notes + chk.failures))
-    return tap.finish()
+    # Each test builds the hosts it needs.
+    return p3lib.run_tests(TESTS, args.test, "deploy", args.prefix,
+                           setup=lambda: None, cleanup=teardown)
 
 
 def main():

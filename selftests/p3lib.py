@@ -103,11 +103,18 @@ class Check:
         return cond
 
 
-def run_tests(tests, only, label, prefix=""):
+def run_tests(tests, only, label, prefix="", setup=None, cleanup=None):
     """Runs each (name, fn(chk)) of @tests (those named in @only, if
-    given) on a fresh topology, fails it on any kernel-log problem, and
-    prints TAP.  Returns the exit status."""
+    given) after @setup (default: a fresh topology()), then @cleanup
+    (default: teardown()); fails it on any kernel-log problem, and prints
+    TAP.  Returns the exit status."""
+    setup = setup or topology
+    cleanup = cleanup or teardown
     tap = Tap(prefix)
+    # A name list kept elsewhere (run-vm-tests.sh's quick sets) must not
+    # go stale quietly: a test renamed or removed fails its run.
+    for name in sorted(set(only or ()) - {n for n, _ in tests}):
+        tap.result(False, f"{label}: {name}", "no such test")
     klog = KernelLog()
     for name, fn in tests:
         if only and name not in only:
@@ -115,12 +122,12 @@ def run_tests(tests, only, label, prefix=""):
         chk = Check()
         t0 = time.monotonic()
         try:
-            topology()
+            setup()
             fn(chk)
         except Exception as e:  # a crashed test is a failed test
             chk.failures.append(f"exception: {e!r}")
         finally:
-            teardown()
+            cleanup()
         for line in klog.new_problems():
             chk.failures.append(f"kernel log: {line}")
         chk.note(f"took {time.monotonic() - t0:.1f} s")
