@@ -554,8 +554,8 @@ TESTS = [
 def run(args):
     sh("modprobe sch_p3")
     # Each test builds the hosts it needs.
-    return p3lib.run_tests(TESTS, args.test, "deploy", args.prefix,
-                           setup=lambda: None, cleanup=teardown)
+    return p3lib.run_tests(TESTS, args, "deploy", setup=lambda: None,
+                           cleanup=teardown)
 
 
 def main():
@@ -574,7 +574,7 @@ def main():
     k = sub.add_parser("sink")
     k.add_argument("--seconds", type=float, default=240)
     k.add_argument("--ready", required=True)
-    ap.add_argument("-t", "--test", action="append")
+    p3lib.add_selection_args(ap)
     ap.add_argument("--prefix", default="")
     a = ap.parse_args()
     if a.role == "send":

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import time
 
-from p3lib import (RADDR, RCV, RDEV, SDEV, SND, class_stats, no_ipv6,
-                   qdisc_json, run_tests, sh, tc, teardown, topology)
+from p3lib import (RADDR, RCV, RDEV, SDEV, SND, add_selection_args,
+                   class_stats, no_ipv6, qdisc_json, run_tests, sh, tc,
+                   teardown, topology)
 
 RATE = "20mbit"
 URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
@@ -334,8 +335,7 @@ def main():
     global RATE
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-t", "--test", action="append",
-                    help="run only this test (repeatable)")
+    add_selection_args(ap)
     ap.add_argument("--prefix", default="", help="prefix of TAP names")
     ap.add_argument("--rate", default=RATE,
                     help=f"link rate of the goodput tests ({RATE})")
@@ -359,7 +359,7 @@ def main():
     if not args.accounting_only:
         tests += [(name, lambda chk, name=name: test_goodput(chk, name))
                   for name, *_ in GOODPUT_CASES]
-    return run_tests(tests, args.test, "overload", args.prefix)
+    return run_tests(tests, args, "overload")
 
 
 if __name__ == "__main__":

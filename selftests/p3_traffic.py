@@ -19,9 +19,9 @@ import sys
 import time
 
 from p3lib import (FORWARDED, PORT, RADDR, RADDR6, RTR, SDEV, SND, Sink,
-                   class_stats, diff_bands, no_ipv6, p3t, parse_rate,
-                   qdisc_json, router, run_tests, sh, tc, tcp_rate, tcp_span,
-                   teardown, topology, udpflood)
+                   add_selection_args, class_stats, diff_bands, no_ipv6, p3t,
+                   parse_rate, qdisc_json, router, run_tests, sh, tc,
+                   tcp_rate, tcp_span, teardown, topology, udpflood)
 
 # Low enough that the link, not the emulated CPU, is the bottleneck even
 # on a busy 2-core host; --rate lowers it for slower kernels (the debug
@@ -570,8 +570,7 @@ TESTS = [
 def main():
     global RATE, GC_PACE
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("-t", "--test", action="append",
-                    help="run only this test (repeatable)")
+    add_selection_args(ap)
     ap.add_argument("--prefix", default="", help="prefix of TAP names")
     ap.add_argument("--rate", default=RATE,
                     help=f"link rate of the shaped tests (tc syntax, {RATE})")
@@ -583,7 +582,7 @@ def main():
     RATE = args.rate
     GC_PACE = not args.no_gc_pace
     sh("modprobe sch_p3")
-    return run_tests(TESTS, args.test, "traffic", args.prefix)
+    return run_tests(TESTS, args, "traffic")
 
 
 if __name__ == "__main__":

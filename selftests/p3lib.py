@@ -103,21 +103,29 @@ class Check:
         return cond
 
 
-def run_tests(tests, only, label, prefix="", setup=None, cleanup=None):
-    """Runs each (name, fn(chk)) of @tests (those named in @only, if
-    given) after @setup (default: a fresh topology()), then @cleanup
-    (default: teardown()); fails it on any kernel-log problem, and prints
-    TAP.  Returns the exit status."""
+def add_selection_args(ap):
+    """-t NAME (run only these) and -x NAME (run all but these)."""
+    ap.add_argument("-t", "--test", action="append", default=[],
+                    help="run only this test (repeatable)")
+    ap.add_argument("-x", "--skip", action="append", default=[],
+                    help="leave this test out (repeatable)")
+
+
+def run_tests(tests, args, label, setup=None, cleanup=None):
+    """Runs each (name, fn(chk)) of @tests that @args (add_selection_args,
+    and --prefix) selects, after @setup (default: a fresh topology()),
+    then @cleanup (default: teardown()); fails it on any kernel-log
+    problem, and prints TAP.  Returns the exit status."""
     setup = setup or topology
     cleanup = cleanup or teardown
-    tap = Tap(prefix)
-    # A name list kept elsewhere (run-vm-tests.sh's quick sets) must not
-    # go stale quietly: a test renamed or removed fails its run.
-    for name in sorted(set(only or ()) - {n for n, _ in tests}):
+    tap = Tap(args.prefix)
+    # A name list kept elsewhere (run-vm-tests.sh's) must not go stale
+    # quietly: a test renamed or removed fails the run.
+    for name in sorted(set(args.test + args.skip) - {n for n, _ in tests}):
         tap.result(False, f"{label}: {name}", "no such test")
     klog = KernelLog()
     for name, fn in tests:
-        if only and name not in only:
+        if args.test and name not in args.test or name in args.skip:
             continue
         chk = Check()
         t0 = time.monotonic()
