@@ -38,8 +38,9 @@ fi
 # paths another suite of the same pass reaches: the urgent latency and
 # the re-tagged flow (strict_priority, and tdc's re-tag case), the tag
 # sources (tdc's case for each), the GC of 100,000 flows and the module
-# unload (churn: 5,000 flows collected, 5 reloads with qdiscs live), and
-# the prio control (no p3 code at all). Of the overload accounting
+# unload (churn: 5,000 flows collected, 5 reloads with qdiscs live), the
+# pacer beside small urgent packets (own_rate's pacer code), and the
+# prio control (no p3 code at all). Of the overload accounting
 # cases (5 parents, each overflowed by packet count and by memory) it
 # runs each parent once and each way of overflowing at least twice:
 # every parent's notification path and both of p3's drop paths.
