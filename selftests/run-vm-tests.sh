@@ -48,7 +48,7 @@ fi
 # until someone decides otherwise; a name that no longer exists fails.
 if [ $quick -eq 1 ]; then
 	for t in urgent_latency no_reorder reorder_control_prio tag_sources \
-		gc_100k_flows lifecycle; do
+		gc_100k_flows lifecycle own_rate_small_urgent; do
 		traffic_args+=(-x "$t")
 	done
 	for t in tbf_memory htb_limit drr_memory hfsc_limit ets_memory; do
