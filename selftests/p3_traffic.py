@@ -408,7 +408,7 @@ def test_own_rate_small_urgent(chk):
     bucket must hold the largest packet paced: one cut down to each small
     packet's cost threw away the credit a waiting 64 KB GSO packet had
     saved, and bulk starved on an otherwise idle link."""
-    rate = parse_rate(RATE)
+    rate = int(parse_rate(RATE))
     p3_root(f"rate {rate}bit")
     sink = Sink()
     bulk = start_bulk(4)
