@@ -11,7 +11,7 @@
 #           fault cases run on the stock kernels in `make check`)
 #   tdc     the tc command suite (selftests/tdc.py)
 #   vm      the other VM selftests (selftests/run-vm-tests.sh; --quick:
-#           7 of the 13 traffic tests, 5 of the 10 overload cases)
+#           the traffic and overload cases it does not leave out by name)
 # each followed by a kmemleak scan and a look for reports in the kernel
 # log (selftests/debug-kernel/guest.sh). TAP goes to build/check-debug/;
 # the run ends with "N passed, N failed, N skipped".
