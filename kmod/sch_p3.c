@@ -61,15 +61,31 @@
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below one GSO packet's truesize would drop everything. */
 #define P3_MIN_MEMORY	(64U << 10)
+/* Enqueue times of loss-tolerant packets, in units of 2^10 ns (about a
+ * microsecond) modulo 2^25: 34 s, beyond P3_MAX_DEADLINE_US, in the 25
+ * bits skb->cb has left.  A packet queued longer than that may be sent
+ * late instead of dropped, which is what a reliable band does anyway.
+ */
+#define P3_STAMP_SHIFT	10
+#define P3_STAMP_BITS	25
+#define P3_STAMP_MASK	((1U << P3_STAMP_BITS) - 1)
+/* Expired packets one dequeue drops at most: they are dropped under the
+ * root lock, and a band full of them must not stall the device for a
+ * whole queue's worth.  The watchdog brings the next dequeue at once.
+ */
+#define P3_EXPIRE_BATCH	64
 
 /* Per-packet state, in the qdisc-private part of skb->cb.  Packed so that
- * two links and the band fit its 20 bytes; the links stay 8-byte aligned.
+ * two links, the band and a time stamp fit its 20 bytes; the links stay
+ * 8-byte aligned.
  */
 struct p3_skb_cb {
 	/* Links of the flow's minimum deque, see p3_flow_push(). */
 	struct sk_buff	*min_prev;
 	struct sk_buff	*min_next;
-	u8		band;	/* as classified, before inheritance */
+	u32		band:6;		/* as classified, before inheritance */
+	u32		tolerant:1;	/* its band had a deadline at enqueue */
+	u32		stamp:P3_STAMP_BITS;	/* enqueue time, if tolerant */
 } __packed;
 
 struct p3_flow {
@@ -96,6 +112,8 @@ struct p3_flow {
 struct p3_band {
 	struct list_head		flows;	/* active flows, DRR order */
 	u32				sizes;	/* bit c: a flow of class c */
+	u32				deadline;	/* stamp units, 0: reliable */
+	u32				deadline_us;	/* as configured */
 	struct gnet_stats_basic_sync	bstats;	/* sent from this band */
 	struct gnet_stats_queue		qstats;	/* qlen, backlog, drops */
 };
@@ -120,6 +138,12 @@ struct p3_sched_data {
 	u32			paced_max_len;	/* pacer: largest packet seen */
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
+	/* Dropped at dequeue, not yet reported to the parents: see
+	 * p3_report_expired().
+	 */
+	u32			expired;
+	u32			expired_len;
+	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
 	struct p3_config	cfg;
 
@@ -155,6 +179,33 @@ static struct p3_skb_cb *p3_cb(const struct sk_buff *skb)
 {
 	qdisc_cb_private_validate(skb, sizeof(struct p3_skb_cb));
 	return (struct p3_skb_cb *)qdisc_skb_cb(skb)->data;
+}
+
+static u32 p3_stamp_now(void)
+{
+	return (ktime_get_ns() >> P3_STAMP_SHIFT) & P3_STAMP_MASK;
+}
+
+/* A packet is loss-tolerant if its band had a deadline when it came and
+ * still has one: a band made reliable again keeps every packet it holds.
+ */
+static bool p3_tolerant(const struct p3_sched_data *q,
+			const struct sk_buff *skb)
+{
+	const struct p3_skb_cb *cb = p3_cb(skb);
+
+	return cb->tolerant && q->bands[cb->band].deadline;
+}
+
+/* Has loss-tolerant @skb waited longer than its band's deadline? */
+static bool p3_expired(const struct p3_sched_data *q,
+		       const struct sk_buff *skb)
+{
+	const struct p3_skb_cb *cb = p3_cb(skb);
+
+	return p3_tolerant(q, skb) &&
+	       ((p3_stamp_now() - cb->stamp) & P3_STAMP_MASK) >
+	       q->bands[cb->band].deadline;
 }
 
 /* ------------------------------------------------------------------ */
@@ -486,6 +537,9 @@ static void p3_flow_push(struct p3_sched_data *q, struct p3_flow *flow,
 	while (flow->min_tail && p3_cb(flow->min_tail)->band >= band)
 		flow->min_tail = p3_cb(flow->min_tail)->min_prev;
 	cb->band = band;
+	/* Reliable packets skip the clock: the common path stays as cheap. */
+	cb->tolerant = !!(q->tolerant & BIT_ULL(band));
+	cb->stamp = cb->tolerant ? p3_stamp_now() : 0;
 	cb->min_prev = flow->min_tail;
 	cb->min_next = NULL;
 	if (flow->min_tail)
@@ -591,6 +645,64 @@ static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 	return flow;
 }
 
+/*
+ * The least urgent band whose fattest flow has a loss-tolerant head
+ * packet, or -1.  Only that flow's head is looked at, as only it would be
+ * pushed out: a band is skipped, not searched, if that one is reliable.
+ */
+static int p3_tolerant_victim(struct p3_sched_data *q)
+{
+	u64 bands = q->active & q->tolerant;
+	int band;
+
+	while (bands) {
+		band = fls64(bands) - 1;
+		if (p3_tolerant(q, p3_fattest(q, band)->head))
+			return band;
+		bands &= ~BIT_ULL(band);
+	}
+	return -1;
+}
+
+/*
+ * The band to push a packet out of so that one of @band (whose flow is
+ * served at @serve) fits, or -1 if the arriving packet is the one to
+ * lose.  Loss-tolerant packets go first, least urgent first (the arriving
+ * one among them); then the least urgent band, never one more urgent
+ * than @serve.
+ */
+static int p3_victim(struct p3_sched_data *q, u8 band, u8 serve)
+{
+	int victim = p3_tolerant_victim(q);
+
+	if ((q->tolerant & BIT_ULL(band)) && victim < band) {
+		q->stats.drops_tolerant++;
+		return -1;
+	}
+	if (victim >= 0) {
+		q->stats.drops_tolerant++;
+		return victim;
+	}
+	victim = p3_least_urgent(q);
+	return victim < serve ? -1 : victim;
+}
+
+/* Tells the parents about the packets dropped at dequeue.  Not while
+ * this qdisc is empty: a parent (HTB) whose class empties under its own
+ * dequeue is not ready for that, so the report waits for the next
+ * packet, as codel's does.
+ */
+static void p3_report_expired(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	if (!q->expired || !sch->q.qlen)
+		return;
+	qdisc_tree_reduce_backlog(sch, q->expired, q->expired_len);
+	q->expired = 0;
+	q->expired_len = 0;
+}
+
 /* Which limit admitting @pkts more packets of @truesize bytes in all would
  * break, if any.
  */
@@ -635,8 +747,8 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	while ((cause = p3_overlimit(sch, 1, skb->truesize))) {
 		(*cause)++;
-		victim = p3_least_urgent(q);
-		if (victim < serve) {
+		victim = p3_victim(q, band, serve);
+		if (victim < 0) {
 			q->bands[serve].qstats.drops++;
 			qdisc_drop(skb, sch, to_free);
 			/* The parent counts this packet as dropped and never
@@ -657,6 +769,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	p3_flow_push(q, flow, skb, band);
 	sch->q.qlen++;
 	qdisc_qstats_backlog_inc(sch, skb);
+	p3_report_expired(sch);
 	if (!pushed)
 		return NET_XMIT_SUCCESS;
 
@@ -736,35 +849,73 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 	q->paid_until += cost;
 }
 
-/*
- * The flow the next dequeue serves, or NULL if nothing may leave now.
- * DRR's rotation happens here, so a peek and the dequeue after it pick
- * the same flow: the rotation stops at a flow with credit left.
- */
-static struct p3_flow *p3_next_flow(struct p3_sched_data *q)
+/* The flow DRR serves next in the most urgent band; q->active != 0. */
+static struct p3_flow *p3_drr_next(struct p3_sched_data *q)
 {
-	struct p3_band *b;
+	struct p3_band *b = &q->bands[__ffs64(q->active)];
 	struct p3_flow *flow;
 
-	if (!q->active)
-		return NULL;
-
-	b = &q->bands[__ffs64(q->active)];
 	/* Every pass adds a quantum, so this ends within one round. */
 	for (;;) {
 		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
 		if (flow->deficit > 0)
-			break;
+			return flow;
 		flow->deficit += q->cfg.quantum;
 		list_move_tail(&flow->band_node, &b->flows);
 	}
+}
+
+/* Drops the head packet of @flow, which outlived its band's deadline.
+ * A dropped packet costs its flow no DRR credit: it never used the link.
+ */
+static void p3_expire(struct Qdisc *sch, struct p3_flow *flow)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	u8 band = flow->band;
+	struct sk_buff *skb = p3_flow_pop(sch, flow);
+
+	q->bands[band].qstats.drops++;
+	q->stats.drops_deadline++;
+	q->expired++;
+	q->expired_len += qdisc_pkt_len(skb);
+	qdisc_qstats_drop(sch);
+	kfree_skb(skb);
+}
+
+/*
+ * The flow the next dequeue serves, or NULL if nothing may leave now.
+ * DRR's rotation and the dropping of expired packets happen here, so a
+ * peek and the dequeue after it pick the same flow and the same packet:
+ * the rotation stops at a flow with credit left, whose head is fresh.
+ */
+static struct p3_flow *p3_next_flow(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	unsigned int budget = P3_EXPIRE_BATCH;
+	struct p3_flow *flow = NULL;
+
+	while (q->active) {
+		flow = p3_drr_next(q);
+		if (!p3_expired(q, flow->head))
+			break;
+		if (!budget--) {
+			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
+			flow = NULL;
+			break;
+		}
+		p3_expire(sch, flow);
+		flow = NULL;
+	}
+	p3_report_expired(sch);
+	if (!flow)
+		return NULL;
 	return p3_pacer_allows(q, qdisc_pkt_len(flow->head)) ? flow : NULL;
 }
 
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow = p3_next_flow(q);
+	struct p3_flow *flow = p3_next_flow(sch);
 	struct sk_buff *skb;
 	struct p3_band *b;
 	u8 band;
@@ -796,7 +947,7 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
  */
 static struct sk_buff *p3_peek(struct Qdisc *sch)
 {
-	struct p3_flow *flow = p3_next_flow(qdisc_priv(sch));
+	struct p3_flow *flow = p3_next_flow(sch);
 
 	return flow ? flow->head : NULL;
 }
@@ -823,6 +974,9 @@ static void p3_purge(struct Qdisc *sch)
 	p3_gc_all(q);
 	q->paid_until = 0;
 	q->paced_max_len = 0;
+	/* The parents reset their counts along with this qdisc. */
+	q->expired = 0;
+	q->expired_len = 0;
 }
 
 static void p3_reset(struct Qdisc *sch)
@@ -957,9 +1111,14 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			p3_flow_move(q, flow, bands - 1);
-		/* A band that comes back later starts with fresh counters. */
+		/* A band that comes back later starts afresh: counters, and
+		 * reliable.
+		 */
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 		memset(&q->bands[i].qstats, 0, sizeof(q->bands[i].qstats));
+		q->bands[i].deadline = 0;
+		q->bands[i].deadline_us = 0;
+		q->tolerant &= ~BIT_ULL(i);
 	}
 }
 
@@ -1172,11 +1331,72 @@ static struct tcf_block *p3_tcf_block(struct Qdisc *sch, unsigned long cl,
 	return q->block;
 }
 
+static const struct nla_policy p3_class_policy[TCA_P3_CLASS_MAX + 1] = {
+	[TCA_P3_CLASS_DEADLINE]	= { .type = NLA_U32 },
+};
+
+/* Sets what a band's class options say; the bands themselves are fixed. */
+static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
+			   struct nlattr **tca, unsigned long *arg,
+			   struct netlink_ext_ack *extack)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct nlattr *tb[TCA_P3_CLASS_MAX + 1];
+	struct p3_band *b;
+	u32 us;
+	int err;
+
+	if (!*arg) {
+		NL_SET_ERR_MSG(extack, "p3 classes are its bands, H:1..H:bands: change one, none can be added");
+		return -EOPNOTSUPP;
+	}
+	if (!tca[TCA_OPTIONS])
+		return 0;
+	err = nla_parse_nested(tb, TCA_P3_CLASS_MAX, tca[TCA_OPTIONS],
+			       p3_class_policy, extack);
+	if (err < 0)
+		return err;
+	if (!tb[TCA_P3_CLASS_DEADLINE])
+		return 0;
+	us = nla_get_u32(tb[TCA_P3_CLASS_DEADLINE]);
+	if (us > P3_MAX_DEADLINE_US) {
+		NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_CLASS_DEADLINE],
+				    "Deadline must be at most 10000000 us (10 s); 0 makes the band reliable");
+		return -EINVAL;
+	}
+
+	sch_tree_lock(sch);
+	b = &q->bands[*arg - 1];
+	b->deadline_us = us;
+	/* In stamp units, rounded up so that no packet leaves early; a
+	 * deadline of 1 us or more is never 0, which would mean reliable.
+	 */
+	b->deadline = DIV_ROUND_UP_ULL((u64)us * NSEC_PER_USEC,
+				       1U << P3_STAMP_SHIFT);
+	if (us)
+		q->tolerant |= BIT_ULL(*arg - 1);
+	else
+		q->tolerant &= ~BIT_ULL(*arg - 1);
+	sch_tree_unlock(sch);
+	return 0;
+}
+
 static int p3_dump_class(struct Qdisc *sch, unsigned long cl,
 			 struct sk_buff *skb, struct tcmsg *tcm)
 {
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct nlattr *opts;
+
 	tcm->tcm_handle |= TC_H_MIN(cl);
-	return 0;
+	opts = nla_nest_start(skb, TCA_OPTIONS);
+	if (!opts)
+		return -EMSGSIZE;
+	if (nla_put_u32(skb, TCA_P3_CLASS_DEADLINE,
+			q->bands[cl - 1].deadline_us)) {
+		nla_nest_cancel(skb, opts);
+		return -EMSGSIZE;
+	}
+	return nla_nest_end(skb, opts);
 }
 
 static int p3_dump_class_stats(struct Qdisc *sch, unsigned long cl,
@@ -1211,6 +1431,7 @@ static const struct Qdisc_class_ops p3_class_ops = {
 	.leaf		= p3_leaf,
 	.find		= p3_find,
 	.tcf_block	= p3_tcf_block,
+	.change		= p3_change_class,
 	.bind_tcf	= p3_bind,
 	.unbind_tcf	= p3_unbind,
 	.dump		= p3_dump_class,

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <linux/pkt_sched_p3.h>
@@ -62,6 +63,9 @@ static void p3_explain(void)
 		"          buckets " __stringify(P3_DEFAULT_BUCKETS) " (a power of two, "
 		__stringify(P3_MIN_BUCKETS) "..1048576).\n"
 		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
+		"Classes (bands): ... class change ... classid H:K p3 deadline TIME\n"
+		"          drops a packet of band K-1 that waited longer than TIME\n"
+		"          (loss-tolerant band, at most 10s); deadline 0 makes it reliable.\n"
 		"See tc-p3(8).\n");
 }
 
@@ -324,6 +328,95 @@ static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
 	return 0;
 }
 
+/*
+ * A time as tc writes one: "2ms", "500us", "1.5ms", "1s"; a bare number
+ * is microseconds, as in tc's other qdiscs.
+ */
+static const char *p3_parse_deadline(__u32 *us, const char *arg)
+{
+	static const struct {
+		const char	*suffix;
+		double		us;
+	} units[] = {
+		{ "", 1 }, { "us", 1 }, { "usec", 1 }, { "usecs", 1 },
+		{ "ms", 1e3 }, { "msec", 1e3 }, { "msecs", 1e3 },
+		{ "s", 1e6 }, { "sec", 1e6 }, { "secs", 1e6 },
+	};
+	char *end;
+	double t;
+	unsigned int i;
+
+	t = strtod(arg, &end);
+	if (end == arg || strchr(arg, '-'))
+		goto bad;
+	for (i = 0; i < ARRAY_SIZE(units); i++) {
+		if (strcmp(end, units[i].suffix))
+			continue;
+		t *= units[i].us;
+		/* Written so that NaN fails it too. */
+		if (!(t >= 0 && t <= P3_MAX_DEADLINE_US))
+			goto bad;
+		/* Rounded up: a deadline is never shortened. */
+		*us = t;
+		if (*us < t)
+			(*us)++;
+		return NULL;
+	}
+bad:
+	return "expected a time up to 10s, such as 2ms (0 = reliable)";
+}
+
+static int p3_parse_class_opt(struct qdisc_util *qu, int argc, char **argv,
+			      struct nlmsghdr *n, const char *dev)
+{
+	struct rtattr *nest;
+	const char *why;
+	__u32 us;
+
+	if (argc == 1 && !strcmp(*argv, "help")) {
+		p3_explain();
+		return -1;
+	}
+	if (argc != 2 || strcmp(argv[0], "deadline"))
+		return p3_fail("a class takes one option: deadline TIME");
+	why = p3_parse_deadline(&us, argv[1]);
+	if (why)
+		return p3_fail("invalid deadline \"%s\": %s", argv[1], why);
+
+	nest = addattr_nest(n, P3_NLMSG_MAX, TCA_OPTIONS | NLA_F_NESTED);
+	if (addattr32(n, P3_NLMSG_MAX, TCA_P3_CLASS_DEADLINE, us))
+		return -1;
+	addattr_nest_end(n, nest);
+	return 0;
+}
+
+/* Reliable bands print nothing: their output stays as it always was. */
+static int p3_print_class_opt(struct qdisc_util *qu, FILE *f,
+			      struct rtattr *opt)
+{
+	struct rtattr *tb[TCA_P3_CLASS_MAX + 1];
+	char buf[32];
+	__u32 us;
+
+	if (!opt)
+		return 0;
+	parse_rtattr_nested(tb, TCA_P3_CLASS_MAX, opt);
+	if (!p3_attr_ok(tb, TCA_P3_CLASS_DEADLINE, sizeof(__u32)))
+		return 0;
+	us = rta_getattr_u32(tb[TCA_P3_CLASS_DEADLINE]);
+	if (!us)
+		return 0;
+	if (us % 1000000 == 0)
+		snprintf(buf, sizeof(buf), "%us", us / 1000000);
+	else if (us % 1000 == 0)
+		snprintf(buf, sizeof(buf), "%ums", us / 1000);
+	else
+		snprintf(buf, sizeof(buf), "%uus", us);
+	print_string(PRINT_FP, NULL, "deadline %s ", buf);
+	print_uint(PRINT_JSON, "deadline_us", NULL, us);
+	return 0;
+}
+
 static int p3_print_xstats(struct qdisc_util *qu, FILE *f,
 			   struct rtattr *xstats)
 {
@@ -359,6 +452,11 @@ static int p3_print_xstats(struct qdisc_util *qu, FILE *f,
 		     st.drops_memory);
 	print_lluint(PRINT_ANY, "drops_alloc", " drops_alloc %llu",
 		     st.drops_alloc);
+	print_nl();
+	print_lluint(PRINT_ANY, "drops_deadline", "  drops_deadline %llu",
+		     st.drops_deadline);
+	print_lluint(PRINT_ANY, "drops_tolerant", " drops_tolerant %llu",
+		     st.drops_tolerant);
 	return 0;
 }
 
@@ -367,4 +465,6 @@ struct qdisc_util p3_qdisc_util = {
 	.parse_qopt	= p3_parse_opt,
 	.print_qopt	= p3_print_opt,
 	.print_xstats	= p3_print_xstats,
+	.parse_copt	= p3_parse_class_opt,
+	.print_copt	= p3_print_class_opt,
 };

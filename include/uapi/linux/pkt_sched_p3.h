@@ -56,6 +56,24 @@ enum {
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)
 
 /*
+ * Attributes nested in a class's TCA_OPTIONS (NLA_F_NESTED), as in
+ * "tc class change dev D classid H:k p3 deadline 2ms".  Classes are the
+ * bands themselves: they can be changed, never added or deleted.
+ */
+enum {
+	TCA_P3_CLASS_UNSPEC,
+	TCA_P3_CLASS_DEADLINE,	/* u32: microseconds a packet of this band
+				 * may wait before it is dropped instead of
+				 * sent (loss-tolerant band); 0 = reliable */
+	__TCA_P3_CLASS_MAX
+};
+#define TCA_P3_CLASS_MAX (__TCA_P3_CLASS_MAX - 1)
+/* The longest deadline: 10 s, far beyond any useful one, and well within
+ * the 34 s that the qdisc's per-packet time stamp spans.
+ */
+#define P3_MAX_DEADLINE_US	10000000
+
+/*
  * Qdisc-wide statistics, sent as TCA_STATS_APP.  Fields are only ever
  * appended; readers must zero-fill a shorter struct from an older kernel.
  */
@@ -73,6 +91,11 @@ struct tc_p3_xstats {
 	__u64	drops_memory;	/* pushed out by the byte limit */
 	__u64	drops_alloc;	/* no memory for a new flow */
 	__u64	throttled;	/* dequeues deferred by the rate pacer */
+	__u64	drops_deadline;	/* loss-tolerant packets older than their
+				 * band's deadline, dropped at dequeue */
+	__u64	drops_tolerant;	/* loss-tolerant packets pushed out by a
+				 * limit (also counted in drops_limit or
+				 * drops_memory) */
 };
 
 #endif /* _UAPI_LINUX_PKT_SCHED_P3_H */
