@@ -13,8 +13,11 @@ rank:
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \\
         examples/torch_digits.py
 
-Options: --epochs N, --schedule p3|fifo, --batch B (per rank), --lr.
-Rank 0 prints the mean loss and the test accuracy after every epoch.
+Options: --epochs N, --schedule p3|fifo, --batch B (per rank), --lr;
+--sparsify slimdp [--keep F] [--explore F] [--no-residual] sends only
+Slim-DP's significant and explored elements of each slice.  Rank 0 prints
+the mean loss and the test accuracy after every epoch, and at the end the
+gradient bytes it sent per iteration (DistributedOptimizer.stats()).
 """
 import argparse
 import os
@@ -64,7 +67,15 @@ def main():
     ap.add_argument('--schedule', choices=('p3', 'fifo'), default='p3')
     ap.add_argument('--batch', type=int, default=32)
     ap.add_argument('--lr', type=float, default=0.05)
+    ap.add_argument('--sparsify', choices=('none', 'slimdp'), default='none')
+    ap.add_argument('--keep', type=float, default=None)
+    ap.add_argument('--explore', type=float, default=None)
+    ap.add_argument('--no-residual', dest='residual', action='store_false',
+                    help='slimdp: drop what is not sent (for comparison)')
     args = ap.parse_args()
+    sparse = {} if args.sparsify == 'none' else dict(
+        sparsify=args.sparsify, keep=args.keep, explore=args.explore,
+        residual=args.residual)
 
     torch.set_num_threads(1)        # the ranks share this host's cores
     p3t.init()
@@ -74,14 +85,15 @@ def main():
     p3t.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = p3t.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
-        model, schedule=args.schedule)
+        model, schedule=args.schedule, **sparse)
     (xtr, ytr), (xte, yte) = digits()
     xtr, ytr = xtr[rank::world], ytr[rank::world]      # this rank's shard
     steps = len(ytr) // args.batch
     if rank == 0:
         print('p3.torch digits: %d ranks, %d training images each, %d steps '
-              'per epoch, schedule %s' % (world, len(ytr), steps,
-                                          args.schedule), flush=True)
+              'per epoch, schedule %s, sparsify %s' % (
+                  world, len(ytr), steps, args.schedule, args.sparsify),
+              flush=True)
     for epoch in range(args.epochs):
         t0, total = time.monotonic(), 0.0
         g = torch.Generator().manual_seed(1000 + epoch)
@@ -102,6 +114,12 @@ def main():
             print('epoch %d: loss %.4f, test accuracy %.1f%% (%.1f s)'
                   % (epoch + 1, total / steps, 100 * acc,
                      time.monotonic() - t0), flush=True)
+    st = opt.stats()
+    if rank == 0:
+        print('stats: %d iterations, %d gradient bytes sent, %.0f per '
+              'iteration' % (st['iterations'], st['bytes_sent'],
+                             st['bytes_sent'] / max(1, st['iterations'])),
+              flush=True)
     p3t.shutdown()
     return 0
 

@@ -15,7 +15,9 @@ moment its gradient exists, on libp3 bands by forward order (tagged for
 the sch_p3 qdisc), each layer is updated as soon as its average is in, and
 the next forward waits only for the layer it is about to run.  With
 'fifo', whole tensors go in backward order on one band and step() waits
-for all of them (WFBP, as DDP and Horovod do).  See docs/torch.md.
+for all of them (WFBP, as DDP and Horovod do).  With sparsify='slimdp',
+each slice carries only the elements Slim-DP picks (_slimdp.py).  See
+docs/torch.md.
 """
 import datetime
 import os
@@ -28,9 +30,10 @@ import torch
 import torch.distributed as dist
 
 import p3
-from ._exchange import Exchange, PeerError, StepTimeout
+from ._exchange import Exchange, PeerError, StepTimeout, np_dtypes
 from ._layout import Layout
 from ._mesh import Mesh, local_address
+from ._slimdp import SlimDP, check_args as _check_slimdp
 
 __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
            'DistributedOptimizer', 'forward_order', 'PeerError', 'StepTimeout',
@@ -156,11 +159,26 @@ def forward_order(model, *inputs, **kwargs):
 class DistributedOptimizer:
     """Wrap any torch.optim optimizer whose update is per parameter (SGD,
     Adam, AdamW, RMSprop, ...; not LBFGS).  Every parameter that requires
-    a gradient must get one in every step, as with DDP."""
+    a gradient must get one in every step, as with DDP.
+
+    sparsify='slimdp' sends, of each slice, the fraction keep (default 0.1)
+    of its most significant elements and a random fraction explore
+    (default 0.02) of the others; the rest stays in this rank's residual
+    for later steps (residual=False drops it, for comparison only)."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=8,
                  slice_bytes=None, timeout=None, max_queued=None,
-                 forward_order=None):
+                 forward_order=None, sparsify=None, keep=None, explore=None,
+                 residual=True):
+        if sparsify not in (None, 'slimdp'):
+            raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
+                             "not %r" % (sparsify,))
+        if sparsify is None and (keep is not None or explore is not None):
+            raise ValueError("p3.torch: keep and explore need "
+                             "sparsify='slimdp'")
+        if sparsify:
+            keep, explore = _check_slimdp(0.1 if keep is None else keep,
+                                          0.02 if explore is None else explore)
         st = _need()
         self._opt = optimizer
         self._schedule = schedule
@@ -178,6 +196,8 @@ class DistributedOptimizer:
         self._layout = Layout(sizes, st['size'], schedule,
                               bands if schedule == 'p3' else 1, slice_bytes,
                               fwd=_forward_ranks(self._params, forward_order))
+        sparse = SlimDP(self._layout, np_dtypes(self._params), keep, explore,
+                        residual) if sparsify else None
         st['meshes'] += 1
         model_bytes = sum(sizes)
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % st['meshes'], st['rank'],
@@ -185,7 +205,7 @@ class DistributedOptimizer:
                           bands if schedule == 'p3' else 1, self._timeout,
                           max_queued or 2 * model_bytes + (64 << 20))
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
-                            self._params, self._timeout)
+                            self._params, self._timeout, sparse)
         self._step = 0
         self._unapplied = set()     # averaged for the last step, not applied
         self._hooks = []
@@ -261,6 +281,19 @@ class DistributedOptimizer:
 
     def zero_grad(self, set_to_none=True):
         self._opt.zero_grad(set_to_none=set_to_none)
+
+    def stats(self):
+        """This rank's counters since it was made: bytes_sent, gradient
+        payload bytes sent (bytes_pushed, its gradients to their owners,
+        plus bytes_returned, the averages it owns to every other rank;
+        the sparse wire form's headers and indices included, libp3's frame
+        headers not); bytes_lost, bytes completed as zeros, and
+        rerequests, ranges asked for again (both 0: every byte here is
+        delivered reliably); iterations, the step() calls."""
+        pushed, returned = self._ex.bytes_pushed, self._ex.bytes_returned
+        return {'bytes_sent': pushed + returned, 'bytes_pushed': pushed,
+                'bytes_returned': returned, 'bytes_lost': 0, 'rerequests': 0,
+                'iterations': self._step}
 
     @property
     def exchange_done(self):

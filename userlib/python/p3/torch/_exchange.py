@@ -8,6 +8,10 @@ arrives, sums what is complete and sends the results.  Buffers are
 registered one step ahead only when the step that used them is over, so
 a peer can never overwrite data still being read (libp3 holds a frame for
 an unregistered tensor until it is registered).
+
+With a sparsifier (Slim-DP, _slimdp.py), a slice travels as the elements
+every rank chose for this step (_sparse.py's wire form) both ways: the
+owner sums those elements and returns their average, zero elsewhere.
 """
 import os
 import selectors
@@ -32,27 +36,50 @@ _NP = {torch.float32: np.float32, torch.float64: np.float64,
        torch.float16: np.float16}
 
 
+def np_dtypes(params):
+    """The numpy dtype of each parameter; TypeError for one p3.torch
+    cannot sum."""
+    for p in params:
+        if p.dtype not in _NP:
+            raise TypeError('p3.torch: %s parameters are not supported'
+                            % p.dtype)
+    return [np.dtype(_NP[p.dtype]) for p in params]
+
+
 class Exchange:
-    def __init__(self, mesh, layout, rank, world, params, timeout):
+    def __init__(self, mesh, layout, rank, world, params, timeout,
+                 sparse=None):
         self.mesh, self.lay = mesh, layout
         self.rank, self.world, self.timeout = rank, world, timeout
         self.peers = sorted(mesh.tx)
-        for p in params:
-            if p.dtype not in _NP:
-                raise TypeError('p3.torch: %s parameters are not supported'
-                                % p.dtype)
-        # Flat local gradients and averages, one per parameter.
+        np_dtypes(params)
+        self.sparse = sparse
+        self.params = params
+        # Flat local gradients and averages, one per parameter (averages
+        # start at 0: Slim-DP's first choice reads them as the last step's).
         self.grad = [torch.empty(p.numel(), dtype=p.dtype) for p in params]
-        self.avg = [torch.empty(p.numel(), dtype=p.dtype) for p in params]
+        self.avg = [torch.zeros(p.numel(), dtype=p.dtype) for p in params]
         self._gbytes = [g.numpy().view(np.uint8) for g in self.grad]
         self._abytes = [a.numpy().view(np.uint8) for a in self.avg]
         self.owned = set(layout.owned(rank))
+        wire = [sparse.wire_bytes(s) if sparse else sl.length
+                for s, sl in enumerate(layout.slices)]
         self.recv = {}
         for m in self.owned:
             for s in layout.msgs[m]:
                 for q in self.peers:
-                    self.recv[(q, s)] = np.empty(layout.slices[s].length,
-                                                 np.uint8)
+                    self.recv[(q, s)] = np.empty(wire[s], np.uint8)
+        # Sparse only: each slice's outgoing wire form (pushed by the main
+        # thread if another rank owns it, returned by the reducer if this
+        # one does: never both) and, for others' slices, the reply.
+        self._out = [np.empty(n, np.uint8) for n in wire] if sparse else None
+        self._reply = {s: np.empty(wire[s], np.uint8)
+                       for s in range(layout.ns)
+                       if sparse and layout.owner[layout.slices[s].msg] != rank}
+        # Gradient payload bytes sent: pushed by the main thread, averages
+        # returned by the reducer (one writer each).
+        self.bytes_pushed = 0
+        self.bytes_returned = 0
         self.cv = threading.Condition()
         self.error = None
         self._local = []            # owned messages whose local part is in
@@ -94,8 +121,9 @@ class Exchange:
         for s in self.lay.tensor_slices[i]:
             owner = self.lay.owner[self.lay.slices[s].msg]
             if owner != self.rank:
-                self.mesh.rx[owner].expect(
-                    self.lay.ns + s, self._slice_view(self._abytes[i], s), it)
+                buf = (self._reply[s] if self.sparse
+                       else self._slice_view(self._abytes[i], s))
+                self.mesh.rx[owner].expect(self.lay.ns + s, buf, it)
 
     def _send(self, q, m, it, pull):
         """Message m to rank q: local gradients (push) or averages (pull)."""
@@ -103,17 +131,36 @@ class Exchange:
         for s in lay.msgs[m]:
             sl = lay.slices[s]
             wire = lay.ns + s if pull else s
-            src = (self._abytes if pull else self._gbytes)[sl.tensor]
-            slices.append(p3.Slice(wire, 0, sl.length, sl.level, m, sl.prio))
-            arrays[wire] = self._slice_view(src, s)
+            if self.sparse:
+                # A reply was encoded once, by _sum, for every peer.
+                data = self._out[s] if pull else self.sparse.encode(
+                    s, self.sparse.values(s, self.grad[sl.tensor].numpy()),
+                    self._out[s])
+            else:
+                src = (self._abytes if pull else self._gbytes)[sl.tensor]
+                data = self._slice_view(src, s)
+            slices.append(p3.Slice(wire, 0, data.nbytes, sl.level, m, sl.prio))
+            arrays[wire] = data
         self.mesh.tx[q].send_plan(slices, arrays, iteration=it,
                                   timeout=self.timeout)
+        sent = sum(x.length for x in slices)
+        if pull:
+            self.bytes_returned += sent
+        else:
+            self.bytes_pushed += sent
 
     # --------------------------------------------------- the main thread
 
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""
         self.grad[i].copy_(grad.reshape(-1))
+        if self.sparse:
+            # The parameter and the average hold the last step's update
+            # here (the forward that led here applied it), the same bits
+            # on every rank: so is the choice.
+            self.sparse.select(i, self.params[i].detach().reshape(-1).numpy(),
+                               self.avg[i].numpy(), it)
+            self.sparse.feedback(i, self.grad[i].numpy())
         pushes, local = [], False
         with self.cv:
             self._raise()
@@ -227,7 +274,15 @@ class Exchange:
                 self.push_left[m] -= 1
             self._reduce_if_complete(m, c.iteration)
         else:
-            self._slices_done([c.tensor - self.lay.ns])
+            s = c.tensor - self.lay.ns
+            if self.sparse:
+                t = self.lay.slices[s].tensor
+                vals = self._decode(s, self._reply[s],
+                                    self.lay.owner[self.lay.slices[s].msg])
+                self.sparse.scatter(s, vals,
+                                    self._slice_view(self._abytes[t], s)
+                                    .view(_NP[self.grad[t].dtype]))
+            self._slices_done([s])
 
     def _reduce_if_complete(self, m, it):
         with self.cv:
@@ -248,14 +303,30 @@ class Exchange:
         t = self.lay.slices[s].tensor
         dt = _NP[self.grad[t].dtype]
         out = self._slice_view(self._abytes[t], s).view(dt)
+        acc = np.empty(self.sparse.count[s], dt) if self.sparse else out
         for r in range(self.world):
-            part = (self._slice_view(self._gbytes[t], s) if r == self.rank
-                    else self.recv[(r, s)]).view(dt)
-            if r == 0:
-                np.copyto(out, part)
+            if self.sparse:
+                part = (self.sparse.values(s, self.grad[t].numpy())
+                        if r == self.rank
+                        else self._decode(s, self.recv[(r, s)], r))
             else:
-                np.add(out, part, out=out)
-        np.divide(out, dt(self.world), out=out)
+                part = (self._slice_view(self._gbytes[t], s) if r == self.rank
+                        else self.recv[(r, s)]).view(dt)
+            if r == 0:
+                np.copyto(acc, part)
+            else:
+                np.add(acc, part, out=acc)
+        np.divide(acc, dt(self.world), out=acc)
+        if self.sparse:
+            self.sparse.scatter(s, acc, out)
+            self.sparse.encode(s, acc, self._out[s])
+
+    def _decode(self, s, buf, q):
+        try:
+            return self.sparse.decode(s, buf)
+        except ValueError as e:
+            raise PeerError('p3.torch: rank %d sent a bad sparse slice %d: %s'
+                            % (q, s, e)) from e
 
     def _slices_done(self, slices):
         with self.cv:
