@@ -60,6 +60,7 @@ if [ "$kernel" != debug ]; then
 fi
 run /usr/bin/python3 selftests/p3_traffic.py "${traffic_args[@]}" --prefix "$kernel: "
 run /usr/bin/python3 selftests/p3_overload.py "${overload_args[@]}" --prefix "$kernel: "
+run /usr/bin/python3 selftests/p3_deadline.py --prefix "$kernel: "
 if [ -x userlib/tests/vm_integration.sh ]; then
 	run userlib/tests/vm_integration.sh
 fi
