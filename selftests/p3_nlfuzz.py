@@ -86,6 +86,9 @@ P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
              P3_MEMORY: ("memory", 4), P3_QUANTUM: ("quantum", 4),
              P3_RATE: ("rate", 8), P3_BUCKETS: ("buckets", 4)}
 FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
+# TCA_P3_CLASS_*: a band's class options (tc class change ... p3 ...).
+P3_CLASS_DEADLINE, P3_CLASS_MAX = 1, 1
+P3_MAX_DEADLINE_US = 10000000
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
@@ -571,6 +574,35 @@ class Gen:
         req.sent = sent
         return payload, nested
 
+    def class_options(self, req):
+        """A class's TCA_OPTIONS payload: a deadline, or a broken one."""
+        r = self.r
+        kind = r.choices(["valid", "range", "length", "unknown", "flat",
+                          "garbage", "empty"], [40, 20, 12, 10, 6, 6, 6])[0]
+        req.opt += "/class-" + kind
+        if kind == "valid":
+            v = r.choice([0, 1, 2000, P3_MAX_DEADLINE_US,
+                          r.randint(0, P3_MAX_DEADLINE_US)])
+            return nla(P3_CLASS_DEADLINE, u(4, v)), True
+        if kind == "range":
+            req.bad_range = True
+            v = r.choice([P3_MAX_DEADLINE_US + 1, 0xffffffff,
+                          r.randint(P3_MAX_DEADLINE_US + 1, 0xffffffff)])
+            return nla(P3_CLASS_DEADLINE, u(4, v)), True
+        if kind == "length":
+            n = r.choice([0, 1, 2, 3, 5, 8])
+            return nla(P3_CLASS_DEADLINE,
+                       bytes(r.getrandbits(8) for _ in range(n))), True
+        if kind == "unknown":
+            t = r.choice([0, P3_CLASS_MAX + 1, 9, 0x3fff])
+            return nla(t, u(4, 1000)), True
+        if kind == "flat":
+            return nla(P3_CLASS_DEADLINE, u(4, 1000)), False
+        if kind == "garbage":
+            return bytes(r.getrandbits(8)
+                         for _ in range(r.randint(1, 32))), True
+        return b"", True
+
     def options_attr(self, req, payload, nested):
         """TCA_OPTIONS around @payload; for "trunc_nest", with a length
         that claims more than the message holds, or cuts into the nest."""
@@ -691,7 +723,11 @@ class Gen:
             body = self.tcmsg(req, r.choice([t.handle, 0, TC_H_ROOT]), cl)
             if op != "dumpclass":
                 body += self.kind_attr(req)
-                if r.random() < 0.5:
+                x = r.random()
+                if x < 0.5 and op == "newclass":
+                    payload, nested = self.class_options(req)
+                    body += self.options_attr(req, payload, nested)
+                elif x < 0.75:
                     payload, nested = self.options(req)
                     body += self.options_attr(req, payload, nested)
             req.targeted = False
@@ -859,6 +895,10 @@ def fuzz_phase(args, name, rng, nl, ifindex):
             if req.mtype == RTM_NEWQDISC and req.bad_range and \
                     req.targeted:
                 ph.bad_accepted.append(req.body.hex())
+            # A class's deadline out of range is refused wherever sent.
+            if req.mtype == RTM_NEWTCLASS and req.bad_range and \
+                    "/class-" in req.opt:
+                ph.bad_accepted.append(req.body.hex())
             if req.mtype in (RTM_NEWQDISC, RTM_DELQDISC):
                 now = nl.p3_at(ifindex, handle)
                 if req.mtype == RTM_NEWQDISC and req.targeted and \
@@ -928,6 +968,11 @@ def traffic_check(nl, ifindex, name, group):
             f"quantum 3028 rate {rate}")
     tc(f"qdisc replace dev {SDEV} {where} handle {fmt_handle(handle)} "
        f"p3 {good}")
+    # Nor a fuzzed deadline, which a change keeps too: 1us on band 0
+    # would drop the urgent burst.
+    for k in range(1, 9):
+        tc(f"class change dev {SDEV} classid {handle >> 16:x}:{k} p3 "
+           "deadline 0")
     time.sleep(1.0)
     t0 = time.monotonic()
     p3t(["udp", RADDR, "--port", str(PORT), "--count", "200", "--pps",

@@ -89,6 +89,8 @@ static void put_stats(struct msgbuf *m, size_t xlen)
 		.drops_memory	= 9,
 		.drops_alloc	= 10,
 		.throttled	= 11,
+		.drops_deadline	= 12,
+		.drops_tolerant	= 13,
 	};
 	struct rtattr *nest = put(m, TCA_STATS2 | NLA_F_NESTED, NULL, 0);
 

@@ -73,6 +73,10 @@ p3() {
 	$TC qdisc replace dev lo root p3 "$@" >"$tmp/out" 2>"$tmp/err"
 }
 
+p3class() {
+	$TC class change dev lo classid 1:2 p3 "$@" >"$tmp/out" 2>"$tmp/err"
+}
+
 # rejects DESC REGEX OPTIONS...: tc exits 1 (a parse error, never sent),
 # with one reason line matching REGEX, then the usage.
 rejects() {
@@ -80,10 +84,49 @@ rejects() {
 	shift 2
 	p3 "$@"
 	rc=$?
+	reason_and_usage "$re"
+	check "$desc" $?
+}
+
+# reason_and_usage REGEX: tc exited 1 ($rc) with one reason line matching
+# REGEX, then the usage.
+reason_and_usage() {
+	re=$1
 	[ $rc = 1 ] && head -n 1 "$tmp/err" | grep -Eq "$re" &&
 		[ "$(grep -c '^p3: ' "$tmp/err")" = 1 ] &&
 		grep -q '^Usage: \.\.\. p3 ' "$tmp/err"
+}
+
+# rejects_class DESC REGEX OPTIONS...: as rejects, for a class's options.
+rejects_class() {
+	desc=$1 re=$2
+	shift 2
+	p3class "$@"
+	rc=$?
+	reason_and_usage "$re"
 	check "$desc" $?
+}
+
+# class_sends DESC EXPECT OPTIONS...: the class request tc sends, printed
+# back, ends in EXPECT ("" for a reliable band, which prints nothing).
+class_sends() {
+	desc=$1 want=$2
+	shift 2
+	if [ "$P3_TEST_NETNS" = none ]; then
+		skip "$desc" "no private network namespace"
+		return
+	fi
+	rm -f "$tmp/cap"
+	P3_CAPTURE="$tmp/cap" LD_PRELOAD="$dir/test-shim.so" p3class "$@"
+	rc=$?
+	{ [ $rc = 0 ] || [ $rc = 2 ]; } && [ -s "$tmp/cap" ] &&
+		! grep -q -e '^p3: ' -e '^Usage' "$tmp/err" &&
+		got=$($TC monitor file "$tmp/cap" 2>>"$tmp/err" |
+		      sed -n 's/^class p3 1:2 dev lo parent none \(.*\)$/<\1>/p') &&
+		[ "$got" = "<$want>" ]
+	rc=$?
+	[ $rc = 0 ] || echo "got '$got', want '<$want>'" >>"$tmp/err"
+	check "$desc" $rc
 }
 
 # sent OPTIONS...: tc gets past parsing (exit 0 with p3 in the kernel,
@@ -205,17 +248,34 @@ accepts "the last of a repeated option wins" "bands 16 " bands 8 bands 16
 
 echo "# the kernel took $ntaken of $nsent requests (none without sch_p3)"
 
+# --- class options: a band's deadline -------------------------------------
+
+rejects_class "deadline above 10s"	'^p3: invalid deadline "10001ms": expected a time up to 10s' deadline 10001ms
+rejects_class "negative deadline"	'^p3: invalid deadline "-1ms"' deadline -1ms
+rejects_class "deadline with an unknown unit" '^p3: invalid deadline "2min"' deadline 2min
+rejects_class "deadline nan"		'^p3: invalid deadline "nan"' deadline nan
+rejects_class "deadline without a value" '^p3: a class takes one option: deadline TIME$' deadline
+rejects_class "a qdisc option on a class" '^p3: a class takes one option: deadline TIME$' limit 5
+class_sends "deadline 2ms is sent as 2000 us" "deadline 2ms " deadline 2ms
+class_sends "deadline 1.5ms is sent as 1500 us" "deadline 1500us " deadline 1.5ms
+class_sends "a bare number is microseconds" "deadline 250us " deadline 250
+class_sends "deadline 10s, the longest" "deadline 10s " deadline 10s
+class_sends "a fraction of a microsecond rounds up" "deadline 1us " deadline 0.2us
+class_sends "deadline 0 is sent, and prints nothing" "" deadline 0
+
 # --- printing what the kernel dumps ----------------------------------------
 
 shows "tc -s prints options and every xstats field" full \
 	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 $' \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
-	'^  drops_limit 8 drops_memory 9 drops_alloc 10$'
+	'^  drops_limit 8 drops_memory 9 drops_alloc 10$' \
+	'^  drops_deadline 12 drops_tolerant 13$'
 shows "a shorter xstats from an older kernel reads as zeros" short \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 0 boosts 0 untagged 0 throttled 0$' \
-	'^  drops_limit 0 drops_memory 0 drops_alloc 0$'
+	'^  drops_limit 0 drops_memory 0 drops_alloc 0$' \
+	'^  drops_deadline 0 drops_tolerant 0$'
 shows "a longer xstats from a newer kernel is cut to what we know" long \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
 	'^  drops_limit 8 drops_memory 9 drops_alloc 10$'
@@ -236,9 +296,10 @@ else
 	assert q["options"] == want, q["options"]
 	xs = ["flows", "flows_active", "flows_created", "flows_gc",
 	      "preemptions", "boosts", "untagged", "drops_limit",
-	      "drops_memory", "drops_alloc", "throttled"]
+	      "drops_memory", "drops_alloc", "throttled", "drops_deadline",
+	      "drops_tolerant"]
 	got = [q[k] for k in xs]
-	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 10, 11], got
+	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 10, 11, 12, 13], got
 	EOF
 	check "tc -j -s prints every option and xstats as JSON" $?
 fi

@@ -3,8 +3,9 @@
  * test-shim.so, LD_PRELOADed into tc by test-parse.sh, lets the host check
  * what q_p3.so sends and prints without a kernel that knows p3:
  *
- *   P3_CAPTURE=FILE  append each RTM_NEWQDISC request tc sends to FILE, a
- *                    stream that "tc monitor file FILE" prints back;
+ *   P3_CAPTURE=FILE  append each RTM_NEWQDISC and RTM_NEWTCLASS request tc
+ *                    sends to FILE, a stream that "tc monitor file FILE"
+ *                    prints back;
  *   P3_JSON=1        open tc's JSON writer, which "tc monitor" never does,
  *                    so that "tc monitor file" prints JSON like "tc -j".
  */
@@ -33,7 +34,7 @@ static void shim_capture(const struct msghdr *msg)
 		return;
 	n = msg->msg_iov[0].iov_base;
 	if (msg->msg_iov[0].iov_len < sizeof(*n) ||
-	    n->nlmsg_type != RTM_NEWQDISC)
+	    (n->nlmsg_type != RTM_NEWQDISC && n->nlmsg_type != RTM_NEWTCLASS))
 		return;
 
 	f = fopen(path, "a");
