@@ -337,26 +337,32 @@ static void print_opts_json(const struct p3_qdisc_stats *st)
 	       o->quantum, o->rate, o->buckets);
 }
 
-static void print_band_json(const struct p3_band_stats *b, const double *rate)
+static void print_band_json(const struct p3_band_stats *b, uint32_t deadline_us,
+			    const double *rate)
 {
 	printf("{\"packets\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"drops\":%" PRIu32
 	       ",\"overlimits\":%" PRIu32 ",\"requeues\":%" PRIu32 ",\"backlog\":%" PRIu32
 	       ",\"qlen\":%" PRIu32, b->packets, b->bytes, b->drops, b->overlimits, b->requeues,
 	       b->backlog, b->qlen);
+	if (deadline_us)
+		printf(",\"deadline_us\":%" PRIu32, deadline_us);
 	if (rate)
 		printf(",\"pps\":%.1f,\"bps\":%.1f", rate[0], rate[1] * 8);
 	putchar('}');
 }
 
-static void print_xstats_json(const struct p3_xstats *x)
+static void print_xstats_json(const struct p3_qdisc_stats *st)
 {
+	const struct p3_xstats *x = &st->xstats;
+
 	printf("\"xstats\":{\"flows\":%" PRIu32 ",\"flows_active\":%" PRIu32
 	       ",\"flows_created\":%" PRIu64 ",\"flows_gc\":%" PRIu64 ",\"preemptions\":%" PRIu64
 	       ",\"boosts\":%" PRIu64 ",\"untagged\":%" PRIu64 ",\"drops_limit\":%" PRIu64
 	       ",\"drops_memory\":%" PRIu64 ",\"drops_alloc\":%" PRIu64 ",\"throttled\":%" PRIu64
-	       "}", x->flows, x->flows_active, x->flows_created, x->flows_gc, x->preemptions,
-	       x->boosts, x->untagged, x->drops_limit, x->drops_memory, x->drops_alloc,
-	       x->throttled);
+	       ",\"drops_deadline\":%" PRIu64 ",\"drops_tolerant\":%" PRIu64 "}", x->flows,
+	       x->flows_active, x->flows_created, x->flows_gc, x->preemptions, x->boosts,
+	       x->untagged, x->drops_limit, x->drops_memory, x->drops_alloc, x->throttled,
+	       st->drops_deadline, st->drops_tolerant);
 }
 
 /* rates[b] = {packets/s, bytes/s} against the previous sample, or NULL. */
@@ -367,14 +373,14 @@ static void print_stats_json(const struct p3_qdisc_stats *st, double (*rates)[2]
 	putchar('{');
 	print_opts_json(st);
 	printf(",\"total\":");
-	print_band_json(&st->total, NULL);
+	print_band_json(&st->total, 0, NULL);
 	putchar(',');
-	print_xstats_json(&st->xstats);
+	print_xstats_json(st);
 	printf(",\"bands\":[");
 	for (b = 0; b < st->nbands; b++) {
 		if (b)
 			putchar(',');
-		print_band_json(&st->band[b], rates ? rates[b] : NULL);
+		print_band_json(&st->band[b], st->deadline_us[b], rates ? rates[b] : NULL);
 	}
 	printf("]}\n");
 }
@@ -394,9 +400,10 @@ static void print_stats_text(const struct p3_qdisc_stats *st, double (*rates)[2]
 		printf(" flows %" PRIu32 " (active %" PRIu32 ") created %" PRIu64 " gc %" PRIu64
 		       " preemptions %" PRIu64 " boosts %" PRIu64 " untagged %" PRIu64
 		       "\n drops: limit %" PRIu64 " memory %" PRIu64 " alloc %" PRIu64
-		       "  throttled %" PRIu64 "\n", x->flows, x->flows_active, x->flows_created,
-		       x->flows_gc, x->preemptions, x->boosts, x->untagged, x->drops_limit,
-		       x->drops_memory, x->drops_alloc, x->throttled);
+		       " deadline %" PRIu64 " (tolerant %" PRIu64 ")  throttled %" PRIu64 "\n",
+		       x->flows, x->flows_active, x->flows_created, x->flows_gc, x->preemptions,
+		       x->boosts, x->untagged, x->drops_limit, x->drops_memory, x->drops_alloc,
+		       st->drops_deadline, st->drops_tolerant, x->throttled);
 	printf(" %4s %12s %14s %8s %10s %6s%s\n", "band", "packets", "bytes", "drops", "backlog",
 	       "qlen", rates ? "      pkt/s        rate" : "");
 	for (b = 0; b < st->nbands; b++) {
@@ -406,6 +413,8 @@ static void print_stats_text(const struct p3_qdisc_stats *st, double (*rates)[2]
 		       s->packets, s->bytes, s->drops, s->backlog, s->qlen);
 		if (rates)
 			printf(" %10.0f %11s", rates[b][0], fmt_rate(rates[b][1], r, sizeof(r)));
+		if (st->deadline_us[b])
+			printf("  deadline %" PRIu32 "us", st->deadline_us[b]);
 		putchar('\n');
 	}
 }

@@ -60,10 +60,17 @@ static const struct prom_field xstats_fields[] = {
 		     throttled),
 };
 
+/* In struct p3_qdisc_stats: the causes added since the first layout
+ * live after its xstats. */
+#define DROP_CAUSE(n, m)                                                                 \
+	{ n, NULL, NULL, offsetof(struct p3_qdisc_stats, m),                             \
+	  sizeof(((struct p3_qdisc_stats *)0)->m) }
 static const struct prom_field drop_causes[] = {
-	XSTATS_FIELD("limit", NULL, NULL, drops_limit),
-	XSTATS_FIELD("memory", NULL, NULL, drops_memory),
-	XSTATS_FIELD("alloc", NULL, NULL, drops_alloc),
+	DROP_CAUSE("limit", xstats.drops_limit),
+	DROP_CAUSE("memory", xstats.drops_memory),
+	DROP_CAUSE("alloc", xstats.drops_alloc),
+	DROP_CAUSE("deadline", drops_deadline),
+	DROP_CAUSE("tolerant", drops_tolerant),
 };
 
 /* The options, when the kernel reported them (struct p3_qdisc_opts.mask). */
@@ -173,8 +180,9 @@ static void prom_bands(const struct prom_ctx *c, const struct p3_qdisc_stats *st
 	}
 }
 
-static void prom_xstats(const struct prom_ctx *c, const struct p3_xstats *x)
+static void prom_xstats(const struct prom_ctx *c, const struct p3_qdisc_stats *st)
 {
+	const struct p3_xstats *x = &st->xstats;
 	const struct prom_field *m;
 
 	for (m = xstats_fields; m < xstats_fields + sizeof(xstats_fields) / sizeof(*m); m++) {
@@ -183,10 +191,12 @@ static void prom_xstats(const struct prom_ctx *c, const struct p3_xstats *x)
 	}
 	prom_head(c, "p3_", "dropped_packets_by_cause_total", "counter",
 		  "Packets the qdisc pushed out, by cause: limit (the packet limit), "
-		  "memory (the byte limit), alloc (no memory for a new flow)", "");
+		  "memory (the byte limit), alloc (no memory for a new flow), deadline "
+		  "(loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: "
+		  "also counted as limit or memory)", "");
 	for (m = drop_causes; m < drop_causes + sizeof(drop_causes) / sizeof(*m); m++)
 		prom_sample(c, "p3_", "dropped_packets_by_cause_total", "cause", m->name,
-			    field_value(x, m->off, m->size));
+			    field_value(st, m->off, m->size));
 }
 
 static void prom_opts(const struct prom_ctx *c, const struct p3_qdisc_stats *st)
@@ -220,6 +230,6 @@ int prom_print(FILE *f, const char *dev, const struct p3_qdisc_stats *st)
 	prom_opts(&c, st);
 	prom_bands(&c, st);
 	if (st->have_xstats)
-		prom_xstats(&c, &st->xstats);
+		prom_xstats(&c, st);
 	return ferror(f) ? -EIO : 0;
 }

@@ -560,6 +560,11 @@ struct p3_qdisc_stats {
 	struct p3_xstats	xstats;
 	unsigned int		nbands;	/* bands with class stats below */
 	struct p3_band_stats	band[P3_MAX_BANDS];
+	/* Since 0.3: only for a caller whose size field covers them (0 from
+	 * a kernel module older than that). */
+	uint64_t		drops_deadline;	/* loss-tolerant, expired */
+	uint64_t		drops_tolerant;	/* loss-tolerant, at a limit */
+	uint32_t		deadline_us[P3_MAX_BANDS];	/* 0 = reliable */
 };
 
 /* Options and handle of the p3 qdisc at parent (handle 0: any p3 there;

@@ -15,7 +15,10 @@
 #include "linux/pkt_sched_p3.h"
 #include "internal.h"
 
-_Static_assert(sizeof(struct p3_xstats) == sizeof(struct tc_p3_xstats), "xstats mirror");
+/* struct p3_xstats mirrors the first layout of tc_p3_xstats; the fields
+ * appended since live at the end of struct p3_qdisc_stats. */
+_Static_assert(sizeof(struct p3_xstats) ==
+	       offsetof(struct tc_p3_xstats, drops_deadline), "xstats mirror");
 _Static_assert(offsetof(struct p3_xstats, throttled) ==
 	       offsetof(struct tc_p3_xstats, throttled), "xstats mirror");
 
@@ -122,7 +125,9 @@ static void parse_xstats(const struct nlattr *a, struct p3_qdisc_stats *st)
 
 	/* An older module sends a shorter struct: the rest reads as 0. */
 	memcpy(&x, nla_data(a), n < sizeof(x) ? n : sizeof(x));
-	memcpy(&st->xstats, &x, sizeof(x));
+	memcpy(&st->xstats, &x, sizeof(st->xstats));
+	st->drops_deadline = x.drops_deadline;
+	st->drops_tolerant = x.drops_tolerant;
 	st->have_xstats = 1;
 }
 
@@ -234,6 +239,15 @@ static void qdisc_match(struct p3_nl_dump *d, const struct tcmsg *tcm, struct nl
 		parse_stats2(tb[TCA_STATS2], &d->st->total, d->st);
 }
 
+static void parse_class_opts(struct nlattr *nest, uint32_t *deadline_us)
+{
+	struct nlattr *tb[TCA_P3_CLASS_MAX + 1];
+
+	if (nla_parse_nested(tb, TCA_P3_CLASS_MAX, nest, NULL) < 0)
+		return;
+	opt_u32(tb, TCA_P3_CLASS_DEADLINE, deadline_us);
+}
+
 static void class_match(struct p3_nl_dump *d, const struct tcmsg *tcm, struct nlattr **tb)
 {
 	uint32_t minor = TC_H_MIN(tcm->tcm_handle);
@@ -243,6 +257,8 @@ static void class_match(struct p3_nl_dump *d, const struct tcmsg *tcm, struct nl
 	    minor < 1 || minor > P3_MAX_BANDS || !tb[TCA_STATS2])
 		return;
 	parse_stats2(tb[TCA_STATS2], &d->st->band[minor - 1], NULL);
+	if (tb[TCA_OPTIONS])
+		parse_class_opts(tb[TCA_OPTIONS], &d->st->deadline_us[minor - 1]);
 	if (minor > d->st->nbands)
 		d->st->nbands = minor;
 }

@@ -63,5 +63,7 @@ int main(void)
 	FIELD(p3_qdisc_stats, opts); FIELD(p3_qdisc_stats, total);
 	FIELD(p3_qdisc_stats, have_xstats); FIELD(p3_qdisc_stats, xstats);
 	FIELD(p3_qdisc_stats, nbands); FIELD(p3_qdisc_stats, band);
+	FIELD(p3_qdisc_stats, drops_deadline); FIELD(p3_qdisc_stats, drops_tolerant);
+	FIELD(p3_qdisc_stats, deadline_us);
 	return 0;
 }

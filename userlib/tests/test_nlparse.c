@@ -73,7 +73,7 @@ static void put_done(void)
 static void build_qdisc_dump(size_t xlen)
 {
 	struct tc_p3_xstats x = { .flows = 7, .flows_active = 2, .preemptions = 99,
-				  .throttled = 5 };
+				  .throttled = 5, .drops_deadline = 41, .drops_tolerant = 43 };
 	struct nl_msg *m;
 	struct nlattr *o;
 
@@ -113,12 +113,15 @@ static void test_qdisc_dump(void)
 	   st.total.overlimits == 5, "basic and queue statistics");
 	ok(st.have_xstats && st.xstats.flows == 7 && st.xstats.preemptions == 99 &&
 	   st.xstats.throttled == 5, "xstats");
+	ok(st.drops_deadline == 41 && st.drops_tolerant == 43,
+	   "the drop causes added since the first layout land after it");
 
 	memset(&st, 0, sizeof(st));
 	d = (struct p3_nl_dump){ .ifindex = 4, .st = &st };
 	build_qdisc_dump(16);	/* an older module: only the first 16 bytes */
 	ok(p3_nl_parse_qdiscs(buf, used, &d) == 1 && st.have_xstats && st.xstats.flows == 7 &&
-	   st.xstats.flows_active == 2 && st.xstats.preemptions == 0 && st.xstats.throttled == 0,
+	   st.xstats.flows_active == 2 && st.xstats.preemptions == 0 && st.xstats.throttled == 0 &&
+	   st.drops_deadline == 0 && st.drops_tolerant == 0,
 	   "a shorter xstats struct is zero-filled");
 
 	d = (struct p3_nl_dump){ .ifindex = 4, .parent = 0x00100001, .st = &st };
@@ -136,11 +139,19 @@ static void test_class_dump(void)
 	struct p3_qdisc_stats st = { .handle = 0x00100000 };
 	struct p3_nl_dump d = { .ifindex = 4, .st = &st };
 	struct nl_msg *m;
+	struct nlattr *o;
 	uint32_t b;
 
 	used = 0;
 	for (b = 1; b <= 3; b++) {
 		m = tc_msg(RTM_NEWTCLASS, 4, 0x00100000 | b, 0x00100000, "p3");
+		/* Band 1 is loss-tolerant; band 2's options are cut short. */
+		o = nla_nest_start(m, TCA_OPTIONS);
+		if (b == 2)
+			nla_put_u32(m, TCA_P3_CLASS_DEADLINE, 2000);
+		if (b == 3)
+			nla_put_u16(m, TCA_P3_CLASS_DEADLINE, 7);
+		nla_nest_end(m, o);
 		put_stats(m, 1000 * b, 10 * b, b, NULL, 0);
 		put_msg(m);
 	}
@@ -155,6 +166,8 @@ static void test_class_dump(void)
 	   "class dump: 3 bands, foreign and out-of-range classes ignored");
 	ok(st.band[0].bytes == 1000 && st.band[2].packets == 30 && st.band[1].qlen == 2,
 	   "per-band statistics land in their band");
+	ok(st.deadline_us[0] == 0 && st.deadline_us[1] == 2000 && st.deadline_us[2] == 0,
+	   "a band's deadline is read, a short one ignored");
 }
 
 static void build_ack(int error, const char *text, int capped)

@@ -276,6 +276,7 @@ static void fill(struct p3_qdisc_stats *st)
 		.xstats = { .flows = 5, .flows_active = 2, .flows_created = 40, .flows_gc = 35,
 			    .preemptions = 12, .boosts = 3, .untagged = 9, .drops_limit = 4,
 			    .drops_memory = 2, .drops_alloc = 1, .throttled = 0 },
+		.drops_deadline = 6, .drops_tolerant = 3,
 		.nbands = 2,
 		.band = { { .packets = 200, .bytes = 300000, .requeues = 1 },
 			  { .packets = 100, .bytes = 150000, .drops = 7, .backlog = 3000,
@@ -372,11 +373,15 @@ static const char *const expect[] = {
 	"# TYPE p3_throttled_total counter",
 	"p3_throttled_total" L " 0",
 	"# HELP p3_dropped_packets_by_cause_total Packets the qdisc pushed out, by cause: "
-	"limit (the packet limit), memory (the byte limit), alloc (no memory for a new flow)",
+	"limit (the packet limit), memory (the byte limit), alloc (no memory for a new flow), "
+	"deadline (loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: also "
+	"counted as limit or memory)",
 	"# TYPE p3_dropped_packets_by_cause_total counter",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"limit\"} 4",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"memory\"} 2",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"alloc\"} 1",
+	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"deadline\"} 6",
+	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"tolerant\"} 3",
 };
 
 static int nlines(const char *s)

@@ -140,7 +140,9 @@ class _QdiscStats(ctypes.Structure):
                 ('opts', _QdiscOpts),
                 ('total', _BandStats), ('have_xstats', _int),
                 ('xstats', _XStats), ('nbands', _uint),
-                ('band', _BandStats * MAX_BANDS)]
+                ('band', _BandStats * MAX_BANDS),
+                ('drops_deadline', _u64), ('drops_tolerant', _u64),
+                ('deadline_us', _u32 * MAX_BANDS)]
 
 
 def _proto(name, res, *args):
@@ -850,7 +852,8 @@ def _band_dict(b):
 
 def qdisc_stats(dev: str, parent: HandleLike = 'root',
                 handle: Optional[HandleLike] = None) -> dict:
-    """Options, totals, xstats and per-band statistics as a dict."""
+    """Options, totals, xstats and per-band statistics as a dict; a band's
+    'deadline_us' is 0 if it is reliable."""
     st = _QdiscStats(size=ctypes.sizeof(_QdiscStats))
     _check(_qdisc_stats(dev.encode(), _handle_id(parent, 0xffffffff),
                         _handle_id(handle, 0), ctypes.byref(st)),
@@ -866,7 +869,10 @@ def qdisc_stats(dev: str, parent: HandleLike = 'root',
         'parent': _handle_str(st.parent),
         'options': options,
         'total': _band_dict(st.total),
-        'xstats': ({n: getattr(st.xstats, n) for n in _XSTATS}
+        'xstats': ({**{n: getattr(st.xstats, n) for n in _XSTATS},
+                    'drops_deadline': st.drops_deadline,
+                    'drops_tolerant': st.drops_tolerant}
                    if st.have_xstats else {}),
-        'bands': [_band_dict(st.band[i]) for i in range(st.nbands)],
+        'bands': [dict(_band_dict(st.band[i]), deadline_us=st.deadline_us[i])
+                  for i in range(st.nbands)],
     }
