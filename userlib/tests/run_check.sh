@@ -100,5 +100,7 @@ run_python() {	# name script
 run_python python "$HERE/test_python.py"
 # p3.torch: two ranks as processes over loopback (exactness, failure).
 run_python torch "$HERE/test_torch.py"
+# Slim-DP sparsification and stats() (bytes, determinism, hostile slices).
+run_python torch-sparse "$HERE/test_torch_sparse.py"
 
 exit $failed

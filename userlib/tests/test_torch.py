@@ -127,6 +127,15 @@ def free_port():
 
 def run_job(schedule, die_at=-1, how='die'):
     """Two ranks; returns each rank's result and the job's start time."""
+    return run_ranks(lambda out: [__file__, '--worker', schedule, out,
+                                  str(die_at), how], how)
+
+
+def run_ranks(argv, how='die'):
+    """WORLD ranks of sys.executable argv(out), each writing its result
+    as JSON to out; returns the results (None where there is none) and
+    the job's start time.  how='hang': rank 1 is killed once rank 0 is
+    done."""
     port = free_port()
     tmp = tempfile.mkdtemp(prefix='p3t-')
     procs, outs = [], []
@@ -137,9 +146,7 @@ def run_job(schedule, die_at=-1, how='die'):
                    OMP_NUM_THREADS='1')
         out = os.path.join(tmp, 'rank%d.json' % r)
         outs.append(out)
-        procs.append(subprocess.Popen(
-            [sys.executable, __file__, '--worker', schedule, out, str(die_at),
-             how], env=env))
+        procs.append(subprocess.Popen([sys.executable] + argv(out), env=env))
     procs[0].wait(timeout=300)
     if how == 'hang':
         procs[1].kill()
@@ -273,25 +280,32 @@ def forward_order_levels():
                'by forward_order' if fwd else 'by registration', sorted(level0)))
 
 
-def accuracy():
-    """examples/torch_digits.py, two ranks launched by p3torchrun with
-    torchrun's defaults (the README's command), which Debian 12's own
-    torchrun cannot start."""
+def digits(*args):
+    """examples/torch_digits.py args, two ranks launched by p3torchrun
+    with torchrun's defaults: (exit status, epochs, final test accuracy
+    in %, rank 0's output)."""
     here = os.path.dirname(os.path.abspath(__file__))
     launcher = os.path.join(here, '..', 'cli', 'p3torchrun')
     example = os.path.join(here, '..', '..', 'examples', 'torch_digits.py')
     env = dict(os.environ, PYTHONWARNINGS='ignore::RuntimeWarning')
     p = subprocess.run([launcher, '--nproc_per_node', str(WORLD),
-                        '--master_port', str(free_port()), example],
+                        '--master_port', str(free_port()), example] + list(args),
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=600)
     last = [line for line in p.stdout.splitlines() if line.startswith('epoch')]
     acc = float(last[-1].split('accuracy ')[1].split('%')[0]) if last else 0.0
     if p.returncode:
         print('# ' + '\n# '.join(p.stderr.splitlines()[-5:]))
-    ok(p.returncode == 0 and acc > 90,
+    return p.returncode, len(last), acc, p.stdout
+
+
+def accuracy():
+    """The README's command, which Debian 12's own torchrun cannot
+    start."""
+    rc, epochs, acc, _ = digits()
+    ok(rc == 0 and acc > 90,
        'p3torchrun --nproc_per_node %d examples/torch_digits.py: %d epochs, '
-       'test accuracy %.1f%% (needs > 90%%)' % (WORLD, len(last), acc))
+       'test accuracy %.1f%% (needs > 90%%)' % (WORLD, epochs, acc))
 
 
 def launcher_mends_std():
