@@ -483,6 +483,134 @@ void p3_chan_shutdown(struct p3_chan *c);
  * socket and free c (queued data is discarded: p3_chan_flush() first). */
 void p3_chan_close(struct p3_chan *c);
 
+/* ------------------------------------------------------------- datagrams */
+
+/*
+ * Loss-tolerant delivery (DLCP).  SGD tolerates losing a small part of a
+ * gradient, so slices that may be lost go as UDP datagrams, one frame
+ * each (the channel's header and CRC32C), on a socket tagged with the
+ * slice's level: a band the qdisc may drop at a deadline (tc-p3(8),
+ * "LOSS-TOLERANT BANDS").  A tensor travels in chunks of opts.chunk
+ * payload bytes, each at an offset that is a multiple of it.  The
+ * receiver keeps a bitmap of the chunks it holds and completes a tensor
+ * when every chunk is in, or when its deadline passes (counted from its
+ * first datagram) or the caller finishes it: missing chunks are then
+ * zero-filled, the completion says how many bytes were missing, and
+ * p3_dgram_missing() says where, for the caller to fetch them reliably.
+ * A datagram is checked whole before a byte is written: one that names
+ * another tensor, an older iteration, an unaligned or out-of-range chunk,
+ * or fails its checksum is dropped and counted, never stored.  A
+ * datagram for a tensor (or iteration) not yet registered waits in a
+ * bounded queue for p3_dgram_expect().  A p3_dgram belongs to one thread
+ * at a time.
+ */
+struct p3_dgram;
+
+struct p3_dgram_opts {
+	uint32_t	size;		/* set by p3_dgram_opts_init() */
+	unsigned int	bands;		/* levels, 1..64 */
+	int		tag_method;	/* enum p3_tag_method */
+	uint32_t	chunk;		/* payload bytes per datagram */
+	int		buf_bytes;	/* socket buffer (SO_SNDBUF / SO_RCVBUF) */
+	uint64_t	early_bytes;	/* receiver: bound of the waiting queue */
+};
+
+/* Defaults: 8 bands, the default tag method, chunks of 1408 bytes (a
+ * datagram fits a 1500-byte MTU over IPv6), 4 MiB socket buffers, 8 MiB
+ * of datagrams waiting for their tensor.  A chunk is at most 65467 bytes
+ * (the largest UDP payload less the frame header). */
+void p3_dgram_opts_init(struct p3_dgram_opts *opts);
+
+/* Sender towards host:port; a socket per level, opened and tagged on its
+ * first use. */
+int p3_dgram_connect(const char *host, const char *port, const struct p3_dgram_opts *opts,
+		     struct p3_dgram **out);
+
+/* Receiver on host:port (host NULL = any, port "0" = pick one). */
+int p3_dgram_bind(const char *host, const char *port, const struct p3_dgram_opts *opts,
+		  struct p3_dgram **out);
+
+/* The receiver's port, and a descriptor to poll for readability (never
+ * read it); -EINVAL on a sender. */
+int p3_dgram_port(const struct p3_dgram *d);
+int p3_dgram_fd(const struct p3_dgram *d);
+
+/*
+ * Sender: bytes [offset, offset + length) of tensor for iteration iter,
+ * as datagrams of opts.chunk bytes (the last one shorter) on level.
+ * offset must be a multiple of the chunk.  A datagram that the local
+ * qdisc drops is lost, as the network may lose it: not an error.  Waits
+ * up to timeout_ms (-1 forever) for socket buffer space, then -EAGAIN;
+ * -ECONNREFUSED once the peer's port was found closed.  Returns the
+ * number of datagrams sent.
+ */
+int p3_dgram_send(struct p3_dgram *d, unsigned int level, uint64_t iter, uint32_t tensor,
+		  uint64_t offset, const void *data, uint64_t length, int timeout_ms);
+
+/*
+ * Receiver: buf (size bytes) is where tensor's bytes of iteration iter
+ * go; deadline_ns after its first datagram it completes, complete or not
+ * (0: only when whole, or by p3_dgram_finish()).  -EBUSY if the tensor is
+ * registered and incomplete, -P3_ESTALE if iter is older than the one
+ * registered before.  Datagrams that waited for it are stored now.
+ */
+int p3_dgram_expect(struct p3_dgram *d, uint32_t tensor, void *buf, uint64_t size,
+		    uint64_t iter, uint64_t deadline_ns);
+
+/* Receiver: complete tensor after_ns from now (0: at once), zero-filling
+ * what is missing then, unless it is complete before or its deadline
+ * comes first: for a tensor of which no datagram may ever come, once the
+ * caller knows its datagrams were sent.  -ENOENT if it is not
+ * registered, 0 if it was complete already. */
+int p3_dgram_finish(struct p3_dgram *d, uint32_t tensor, uint64_t after_ns);
+
+/* Receiver: read datagrams for up to timeout_ms (-1 forever) and complete
+ * the tensors whose deadline passed; returns as soon as a completion is
+ * ready, with the number ready for p3_dgram_next(). */
+int p3_dgram_poll(struct p3_dgram *d, int timeout_ms);
+
+struct p3_dgram_completion {
+	uint32_t	tensor;
+	uint64_t	iter;
+	uint64_t	bytes;		/* the tensor's size */
+	uint64_t	missing;	/* of them zero-filled */
+	uint64_t	t_first_ns;	/* first datagram stored (0: none) */
+	uint64_t	t_done_ns;
+};
+
+/* Pop one completion: 1 if *out was filled, 0 if none is ready. */
+int p3_dgram_next(struct p3_dgram *d, struct p3_dgram_completion *out);
+
+struct p3_range {
+	uint64_t	offset;
+	uint64_t	length;
+};
+
+/*
+ * Receiver: the byte ranges of a completed tensor that were missing
+ * (zero-filled), merged, in order: up to n into r.  Returns how many
+ * there are in all (call again with more room if above n).  -ENOENT if
+ * the tensor is not registered, -EBUSY if it is not complete yet.
+ */
+int p3_dgram_missing(const struct p3_dgram *d, uint32_t tensor, struct p3_range *r,
+		     size_t n);
+
+/* Datagrams by fate, since the p3_dgram was made. */
+struct p3_dgram_stats {
+	uint64_t	sent;		/* sender: datagrams handed to the kernel */
+	uint64_t	dropped_local;	/* sender: ...of them refused (ENOBUFS) */
+	uint64_t	stored;		/* receiver: chunks written */
+	uint64_t	duplicate;	/* a chunk already held */
+	uint64_t	late;		/* for a tensor already complete */
+	uint64_t	stale;		/* for an older iteration */
+	uint64_t	bad;		/* failed a check: never written */
+	uint64_t	waiting;	/* queued for a tensor not registered */
+	uint64_t	overflow;	/* ...dropped: the queue was full */
+};
+void p3_dgram_stats(const struct p3_dgram *d, struct p3_dgram_stats *out);
+
+void p3_dgram_close(struct p3_dgram *d);
+
 /* ----------------------------------------------------------------- qdisc */
 
 #define P3_ROOT			0xffffffffu	/* TC_H_ROOT */

@@ -49,6 +49,7 @@ static inline uint64_t get_be64(const uint8_t *p)
 #define P3_CHAN_OPTS_SIZE_1	sizeof(struct p3_chan_opts)
 #define P3_QDISC_OPTS_SIZE_1	sizeof(struct p3_qdisc_opts)
 #define P3_QDISC_STATS_SIZE_1	offsetof(struct p3_qdisc_stats, drops_deadline)
+#define P3_DGRAM_OPTS_SIZE_1	sizeof(struct p3_dgram_opts)
 
 /* Read the caller's options src over dst (dst_size bytes, holding the
  * defaults); dst->size becomes dst_size.  0, -EINVAL or -E2BIG. */
