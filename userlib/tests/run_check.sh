@@ -102,5 +102,6 @@ run_python python "$HERE/test_python.py"
 run_python torch "$HERE/test_torch.py"
 # Slim-DP sparsification and stats() (bytes, determinism, hostile slices).
 run_python torch-sparse "$HERE/test_torch_sparse.py"
+run_python torch-dlcp "$HERE/test_torch_dlcp.py"
 
 exit $failed

@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 
 import p3
+import p3.dgram
+from ._dlcp import BoundedLoss, check_args as _check_dlcp
 from ._exchange import Exchange, PeerError, StepTimeout, np_dtypes
 from ._layout import Layout
 from ._mesh import Mesh, local_address
@@ -121,6 +123,25 @@ def _warn_if_no_qdisc():
                   'DEV root p3)', RuntimeWarning, stacklevel=3)
 
 
+def _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
+                       sparsify, bands):
+    """(loss_tolerance, deadline, reliable_fraction) checked, with the
+    defaults, or None without loss_tolerance; ValueError otherwise."""
+    if loss_tolerance is None:
+        if deadline is not None or reliable_fraction is not None:
+            raise ValueError('p3.torch: deadline and reliable_fraction need '
+                             'loss_tolerance')
+        return None
+    if sparsify:
+        raise ValueError('p3.torch: loss_tolerance and sparsify cannot be '
+                         'combined')
+    if 2 * bands > 62:
+        raise ValueError('p3.torch: loss_tolerance needs bands <= 31 (its '
+                         'datagrams take levels bands..2 bands - 1)')
+    return _check_dlcp(loss_tolerance, 0.005 if deadline is None else deadline,
+                       0.01 if reliable_fraction is None else reliable_fraction)
+
+
 def _forward_ranks(params, order):
     """fwd of each of params: its place in order (forward_order()'s
     list), those missing from it after, in params' order."""
@@ -164,12 +185,21 @@ class DistributedOptimizer:
     sparsify='slimdp' sends, of each slice, the fraction keep (default 0.1)
     of its most significant elements and a random fraction explore
     (default 0.02) of the others; the rest stays in this rank's residual
-    for later steps (residual=False drops it, for comparison only)."""
+    for later steps (residual=False drops it, for comparison only).
+
+    loss_tolerance (e.g. 0.01) pushes gradients with bounded loss (DLCP):
+    each slice as datagrams on level L + bands (give those bands a
+    deadline in the qdisc), plus its largest elements, the fraction
+    reliable_fraction (default 0.01), over the reliable channel.  A
+    slice's datagrams complete deadline seconds (default 0.005) after
+    the first of them or after its reliable part; above loss_tolerance of
+    its bytes missing, the missing chunks are fetched again, reliably."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=8,
                  slice_bytes=None, timeout=None, max_queued=None,
                  forward_order=None, sparsify=None, keep=None, explore=None,
-                 residual=True):
+                 residual=True, loss_tolerance=None, deadline=None,
+                 reliable_fraction=None):
         if sparsify not in (None, 'slimdp'):
             raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
                              "not %r" % (sparsify,))
@@ -179,6 +209,9 @@ class DistributedOptimizer:
         if sparsify:
             keep, explore = _check_slimdp(0.1 if keep is None else keep,
                                           0.02 if explore is None else explore)
+        nbands = bands if schedule == 'p3' else 1
+        lossy = _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
+                                   sparsify, nbands)
         st = _need()
         self._opt = optimizer
         self._schedule = schedule
@@ -200,12 +233,19 @@ class DistributedOptimizer:
                         residual) if sparsify else None
         st['meshes'] += 1
         model_bytes = sum(sizes)
+        # Datagrams of a whole step may come before their owner registers
+        # them (it is still summing the last one): room for two.
+        dgram = dict(bands=2 * nbands, chunk=p3.dgram.DEFAULT_CHUNK,
+                     buf_bytes=max(4 << 20, 2 * model_bytes),
+                     early_bytes=2 * model_bytes + (8 << 20)) if lossy else None
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % st['meshes'], st['rank'],
-                          st['size'], st['host'],
-                          bands if schedule == 'p3' else 1, self._timeout,
-                          max_queued or 2 * model_bytes + (64 << 20))
+                          st['size'], st['host'], nbands, self._timeout,
+                          max_queued or 2 * model_bytes + (64 << 20), dgram)
+        self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
+                                  np_dtypes(self._params), *lossy,
+                                  bands=nbands) if lossy else None
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
-                            self._params, self._timeout, sparse)
+                            self._params, self._timeout, sparse, self._lossy)
         self._step = 0
         self._unapplied = set()     # averaged for the last step, not applied
         self._hooks = []
@@ -289,10 +329,17 @@ class DistributedOptimizer:
         the sparse wire form's headers and indices included, libp3's frame
         headers not); bytes_lost, bytes completed as zeros, and
         rerequests, ranges asked for again (both 0: every byte here is
-        delivered reliably); iterations, the step() calls."""
+        delivered reliably, but with loss_tolerance); iterations, the
+        step() calls.  With loss_tolerance, bytes_pushed counts every
+        datagram's payload, the reliable parts and the chunks sent again;
+        bytes_lost and rerequests are this rank's as an owner: bytes it
+        summed as zeros, and the requests for chunks it made."""
         pushed, returned = self._ex.bytes_pushed, self._ex.bytes_returned
+        lossy = self._lossy
         return {'bytes_sent': pushed + returned, 'bytes_pushed': pushed,
-                'bytes_returned': returned, 'bytes_lost': 0, 'rerequests': 0,
+                'bytes_returned': returned,
+                'bytes_lost': lossy.bytes_lost if lossy else 0,
+                'rerequests': lossy.rerequests if lossy else 0,
                 'iterations': self._step}
 
     @property

@@ -12,6 +12,10 @@ an unregistered tensor until it is registered).
 With a sparsifier (Slim-DP, _slimdp.py), a slice travels as the elements
 every rank chose for this step (_sparse.py's wire form) both ways: the
 owner sums those elements and returns their average, zero elsewhere.
+
+With bounded loss (DLCP, _dlcp.py), a push travels as datagrams plus its
+largest elements over the channel; the owner sums it once both parts
+(and any chunks it had to ask for again) are in.
 """
 import os
 import selectors
@@ -22,6 +26,8 @@ import numpy as np
 import torch
 
 import p3
+
+from . import _sparse
 
 
 class PeerError(ConnectionError):
@@ -48,12 +54,13 @@ def np_dtypes(params):
 
 class Exchange:
     def __init__(self, mesh, layout, rank, world, params, timeout,
-                 sparse=None):
+                 sparse=None, lossy=None):
         self.mesh, self.lay = mesh, layout
         self.rank, self.world, self.timeout = rank, world, timeout
         self.peers = sorted(mesh.tx)
         np_dtypes(params)
         self.sparse = sparse
+        self.lossy = lossy
         self.params = params
         # Flat local gradients and averages, one per parameter (averages
         # start at 0: Slim-DP's first choice reads them as the last step's).
@@ -64,11 +71,15 @@ class Exchange:
         self.owned = set(layout.owned(rank))
         wire = [sparse.wire_bytes(s) if sparse else sl.length
                 for s, sl in enumerate(layout.slices)]
+        # A push as it arrives: dense, sparse, or a bounded-loss push's
+        # reliable part (its datagrams land in lossy's buffers).
+        push_wire = [lossy.reliable_bytes(s) if lossy else wire[s]
+                     for s in range(layout.ns)]
         self.recv = {}
         for m in self.owned:
             for s in layout.msgs[m]:
                 for q in self.peers:
-                    self.recv[(q, s)] = np.empty(wire[s], np.uint8)
+                    self.recv[(q, s)] = np.empty(push_wire[s], np.uint8)
         # Sparse only: each slice's outgoing wire form (pushed by the main
         # thread if another rank owns it, returned by the reducer if this
         # one does: never both) and, for others' slices, the reply.
@@ -115,7 +126,10 @@ class Exchange:
             return
         for s in self.lay.msgs[m]:
             for q in self.peers:
-                self.mesh.rx[q].expect(s, self.recv[(q, s)], it)
+                if self.lossy:
+                    self.lossy.expect_push(q, s, it, self.recv[(q, s)])
+                else:
+                    self.mesh.rx[q].expect(s, self.recv[(q, s)], it)
 
     def _expect_pulls(self, i, it):
         for s in self.lay.tensor_slices[i]:
@@ -124,9 +138,15 @@ class Exchange:
                 buf = (self._reply[s] if self.sparse
                        else self._slice_view(self._abytes[i], s))
                 self.mesh.rx[owner].expect(self.lay.ns + s, buf, it)
+                if self.lossy:
+                    self.lossy.expect_asks(s, it)
 
     def _send(self, q, m, it, pull):
         """Message m to rank q: local gradients (push) or averages (pull)."""
+        if self.lossy and not pull:
+            self.bytes_pushed += self.lossy.push(q, m, it, self._gbytes,
+                                                 self.timeout)
+            return
         lay, slices, arrays = self.lay, [], {}
         for s in lay.msgs[m]:
             sl = lay.slices[s]
@@ -235,12 +255,21 @@ class Exchange:
             for q, ch in self.mesh.rx.items():
                 sel.register(ch.fileno(), selectors.EVENT_READ, q)
             sel.register(self._wake_r, selectors.EVENT_READ, None)
+            # Datagram parts also complete at their deadlines, which only
+            # a poll notices: look at least twice per deadline.
+            every = None
+            if self.lossy:
+                sel.register(self.mesh.dg_rx.fileno(), selectors.EVENT_READ,
+                             'dgram')
+                every = max(0.001, self.lossy.deadline / 2)
             while not self._closing:
-                for key, _ in sel.select():
+                for key, _ in sel.select(every):
                     if key.data is None:
                         os.read(self._wake_r, 4096)
-                    else:
+                    elif key.data != 'dgram':
                         self._drain(key.data)
+                if self.lossy:
+                    self._drain_datagrams()
                 with self.cv:
                     local, self._local = self._local, []
                 for m, it in local:
@@ -267,12 +296,33 @@ class Exchange:
         for c in done:
             self._arrived(q, c)
 
+    def _drain_datagrams(self):
+        for c in self.mesh.dg_rx.completions(0):
+            whole = self.lossy.on_datagrams(c, c.iter, self.timeout)
+            if whole:
+                self._pushed(self.lay.slices[whole[1]].msg, c.iter)
+
+    def _pushed(self, m, it):
+        """A push of message m is in, whole."""
+        with self.cv:
+            self.push_left[m] -= 1
+        self._reduce_if_complete(m, it)
+
     def _arrived(self, q, c):
-        if c.tensor < self.lay.ns:
-            m = self.lay.slices[c.tensor].msg
-            with self.cv:
-                self.push_left[m] -= 1
-            self._reduce_if_complete(m, c.iteration)
+        ns = self.lay.ns
+        if c.tensor < ns:
+            if not self.lossy or self.lossy.on_reliable(q, c.tensor):
+                self._pushed(self.lay.slices[c.tensor].msg, c.iteration)
+        elif c.tensor >= 3 * ns:        # chunks this rank asked for again
+            if self.lossy.on_resend(q, c.tensor - 3 * ns):
+                self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
+                             c.iteration)
+        elif c.tensor >= 2 * ns:        # the owner asks for chunks again
+            try:
+                self.bytes_pushed += self.lossy.answer_ask(
+                    c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
+            except ValueError as e:
+                raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
         else:
             s = c.tensor - self.lay.ns
             if self.sparse:
@@ -309,6 +359,9 @@ class Exchange:
                 part = (self.sparse.values(s, self.grad[t].numpy())
                         if r == self.rank
                         else self._decode(s, self.recv[(r, s)], r))
+            elif self.lossy and r != self.rank:
+                part = self.lossy.part(r, s, self.recv[(r, s)],
+                                       self._decode_reliable(r))
             else:
                 part = (self._slice_view(self._gbytes[t], s) if r == self.rank
                         else self.recv[(r, s)]).view(dt)
@@ -320,6 +373,16 @@ class Exchange:
         if self.sparse:
             self.sparse.scatter(s, acc, out)
             self.sparse.encode(s, acc, self._out[s])
+
+    def _decode_reliable(self, q):
+        """_sparse.decode, a bad payload from rank q a PeerError."""
+        def decode(buf, n, dt, count):
+            try:
+                return _sparse.decode(buf, n, dt, count)
+            except ValueError as e:
+                raise PeerError('p3.torch: rank %d sent a bad reliable part: '
+                                '%s' % (q, e)) from e
+        return decode
 
     def _decode(self, s, buf, q):
         try:

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """libp3 channels between every pair of ranks: this rank sends to rank q on
 tx[q] and receives from it on rx[q].  Addresses are exchanged through the
-torch.distributed store; every channel has a progress thread."""
+torch.distributed store; every channel has a progress thread.  With
+datagrams (bounded-loss pushes), a rank also has one datagram receiver,
+dg_rx, for every peer, and a datagram sender dg_tx[q] to each."""
 import random
 import socket
 
 import p3
+import p3.dgram
 
 # A channel id is (mesh nonce << 16) | (sender rank + 1): the listener can
 # tell a peer of this mesh from a stray or stale connection.
@@ -23,23 +26,33 @@ def local_address(master_addr):
 
 class Mesh:
     def __init__(self, store, key, rank, world, host, bands, timeout,
-                 max_queued):
+                 max_queued, dgram=None):
+        """dgram: None, or the p3.dgram.Receiver arguments (bands, chunk,
+        buf_bytes, early_bytes) of this rank's datagram receiver."""
         self.rank = rank
         self.tx, self.rx = {}, {}
+        self.dg_tx, self.dg_rx = {}, None
         # A peer that vanishes without a FIN fails its channel after
         # timeout (TCP user timeout, keepalive), like every other wait.
         self._lst = p3.Listener(host=host, port=0, timeout=timeout,
                                 peer_timeout=timeout)
         try:
+            if dgram:
+                self.dg_rx = p3.dgram.Receiver(host, 0, **dgram)
             if rank == 0:
                 store.set(key + '/nonce', str(random.getrandbits(40)))
             nonce = int(store.get(key + '/nonce'))
-            store.set('%s/addr/%d' % (key, rank),
-                      '%s %d' % (host, self._lst.port))
+            store.set('%s/addr/%d' % (key, rank), '%s %d %d' % (
+                host, self._lst.port, self.dg_rx.port if dgram else 0))
             for q in range(world):
                 if q == rank:
                     continue
-                addr, port = store.get('%s/addr/%d' % (key, q)).decode().split()
+                addr, port, dgport = store.get(
+                    '%s/addr/%d' % (key, q)).decode().split()
+                if dgram:
+                    self.dg_tx[q] = p3.dgram.Sender(
+                        addr, dgport, bands=dgram['bands'],
+                        chunk=dgram['chunk'], buf_bytes=dgram['buf_bytes'])
                 self.tx[q] = p3.Channel.connect(
                     addr, port, bands=bands, timeout=timeout,
                     peer_timeout=timeout, max_queued=max_queued,
@@ -57,7 +70,9 @@ class Mesh:
             raise
 
     def close(self):
-        for ch in list(self.tx.values()) + list(self.rx.values()):
-            ch.close()
-        self.tx, self.rx = {}, {}
+        for ch in (list(self.tx.values()) + list(self.rx.values()) +
+                   list(self.dg_tx.values()) + [self.dg_rx]):
+            if ch is not None:
+                ch.close()
+        self.tx, self.rx, self.dg_tx, self.dg_rx = {}, {}, {}, None
         self._lst.close()

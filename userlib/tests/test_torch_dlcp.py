@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""p3.torch's bounded-loss pushes (loss_tolerance, DLCP) and p3.dgram
+(TAP), over loopback:
+
+- arguments: a bad loss_tolerance, deadline or reliable_fraction, or one
+  given without loss_tolerance or with sparsify, raises ValueError;
+- a chunk bitmap naming chunks past a slice is refused;
+- two ranks as processes (test_torch.py's small CNN, 4 KiB slices):
+  - no loss: parameters bitwise equal to dense p3's, nothing lost or
+    asked for again;
+  - a quarter of the chunks lost, 1% tolerated: every lost chunk is
+    asked for again, so the parameters are still bitwise dense p3's;
+  - the same loss, 50% tolerated: nothing asked for, bytes_lost exactly
+    the bytes of the lost chunks, both ranks still bitwise equal (the
+    averages stay reliable), and the loss falls.
+Loss comes from a sender that leaves chunks out (the host's loopback has
+no netem); the VM's p3_torch.py loses them in the qdisc.
+"""
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_torch as tt                                  # noqa: E402
+
+STEPS = 30
+ok = tt.ok
+
+
+def lossy_sender(chunk_lost):
+    """p3.dgram.Sender.send leaving out the chunks k of a slice with
+    chunk_lost(k): as if the network had lost them."""
+    import p3.dgram
+    real = p3.dgram.Sender.send
+
+    def send(self, level, iter, tensor, data, offset=0, timeout=None):
+        data = np.frombuffer(memoryview(data).cast('B'), np.uint8)
+        n = 0
+        for k, at in enumerate(range(0, data.nbytes, self.chunk)):
+            if not chunk_lost(k):
+                n += real(self, level, iter, tensor,
+                          data[at:at + self.chunk], offset + at, timeout)
+        return n
+    p3.dgram.Sender.send = send
+
+
+def lost_bytes_per_step(opt, chunk_lost):
+    """What this rank, as an owner, loses of its peer's pushes a step."""
+    from p3.torch._dlcp import chunks_of
+    lossy = opt._lossy
+    return sum(n for s in lossy.owned
+               for k, (_, n) in enumerate(chunks_of(
+                   opt._layout.slices[s].length, lossy.chunk))
+               if chunk_lost(k))
+
+
+def worker(kwargs_json, out):
+    import p3.torch as p3t
+    kw = json.loads(kwargs_json)
+    lose = kw.pop('lose', None)
+    chunk_lost = (lambda k: k % 4 == 1) if lose else None
+    if lose:
+        lossy_sender(chunk_lost)
+    torch.set_num_threads(1)
+    warnings.simplefilter('ignore', RuntimeWarning)   # no qdisc: test_torch's
+    rank = int(os.environ['RANK'])
+    p3t.init(timeout=10)
+    model = tt.make_model()
+    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = tt.data()
+    opt = p3t.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=tt.LR, momentum=tt.MOMENTUM),
+        model, slice_bytes=tt.SLICE, timeout=10, **kw)
+    result = {'losses': []}
+    try:
+        for step in range(STEPS):
+            bx, by = tt.batch(x, y, step % 12, rank)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(bx), by)
+            loss.backward()
+            opt.step()
+            result['losses'].append(loss.item())
+        opt.synchronize()
+        result['final'] = tt.flat(model).tolist()
+        if lose and opt._lossy:
+            result['lost_per_step'] = lost_bytes_per_step(opt, chunk_lost)
+    except Exception as e:
+        result['error'] = type(e).__name__
+        result['message'] = str(e)
+    result['stats'] = opt.stats()
+    with open(out, 'w') as f:
+        json.dump(result, f)
+    p3t.shutdown()
+
+
+def job(**kw):
+    res, _ = tt.run_ranks(lambda out: [__file__, '--worker', json.dumps(kw),
+                                       out])
+    return [r or {'error': 'no result'} for r in res]
+
+
+def bad_arguments():
+    import p3.torch as p3t
+    model = tt.make_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    cases = [(dict(loss_tolerance=-0.1), 'loss_tolerance'),
+             (dict(loss_tolerance=1), 'loss_tolerance'),
+             (dict(loss_tolerance=float('nan')), 'loss_tolerance'),
+             (dict(loss_tolerance='x'), 'loss_tolerance'),
+             (dict(loss_tolerance=0.01, deadline=0), 'deadline'),
+             (dict(loss_tolerance=0.01, deadline=11), 'deadline'),
+             (dict(loss_tolerance=0.01, reliable_fraction=0), 'reliable_fraction'),
+             (dict(loss_tolerance=0.01, reliable_fraction=1.5),
+              'reliable_fraction'),
+             (dict(deadline=0.005), 'deadline and reliable_fraction need'),
+             (dict(loss_tolerance=0.01, sparsify='slimdp'),
+              'loss_tolerance and sparsify'),
+             (dict(loss_tolerance=0.01, bands=32), 'loss_tolerance needs')]
+    for kw, word in cases:
+        try:
+            p3t.DistributedOptimizer(sgd, model, **kw)
+            got = 'nothing raised'
+        except ValueError as e:
+            got = str(e)
+        except Exception as e:          # NotInitializedError: too late
+            got = '%s: %s' % (type(e).__name__, e)
+        ok(got.startswith('p3.torch: ' + word),
+           'dlcp: %s raises ValueError naming %s: %s' % (kw, word, got))
+
+
+def bitmap():
+    from p3.torch._dlcp import BoundedLoss, chunks_of
+    from p3.torch._layout import Slice
+    b = BoundedLoss.__new__(BoundedLoss)
+    b.chunk = 1000
+
+    class Lay:
+        slices = [Slice(0, 0, 2500, 0, 0, 0)]
+    b.lay = Lay
+    ok(chunks_of(2500, 1000) == [(0, 1000), (1000, 1000), (2000, 500)],
+       'dlcp: a 2,500-byte slice is 3 chunks, the last 500 bytes')
+    ok(b._chunks_in(0, np.array([0b101], np.uint8)) == [(0, 1000), (2000, 500)],
+       'dlcp: a chunk bitmap names chunks 0 and 2')
+    try:
+        b._chunks_in(0, np.array([0b1001], np.uint8))
+        got = 'accepted'
+    except ValueError as e:
+        got = str(e)
+    ok('past its end' in got, 'dlcp: a bitmap naming chunk 3 of 3 is refused: '
+       + got)
+
+
+def jobs():
+    dense = job()
+    exact = job(loss_tolerance=0.01)
+    fetched = job(loss_tolerance=0.01, lose=True)
+    tolerated = job(loss_tolerance=0.5, lose=True)
+    for name, runs in (('no loss', exact), ('lost, 1%', fetched),
+                       ('lost, 50%', tolerated)):
+        for r in runs:
+            if 'error' in r:
+                ok(False, 'dlcp %s: %s %s' % (name, r['error'],
+                                              r.get('message', '')))
+    if any('final' not in r for r in dense + exact + fetched + tolerated):
+        return
+    st = [r['stats'] for r in exact]
+    ok(all(r['final'] == d['final'] for r, d in zip(exact, dense)) and
+       all(s['bytes_lost'] == 0 and s['rerequests'] == 0 for s in st),
+       'dlcp, no loss: parameters bitwise dense p3\'s, nothing lost or asked '
+       'for (stats %s)' % st[0])
+    st = [r['stats'] for r in fetched]
+    ok(all(r['final'] == d['final'] for r, d in zip(fetched, dense)) and
+       all(s['bytes_lost'] == 0 and s['rerequests'] > 0 for s in st),
+       'dlcp, a quarter of the chunks lost, 1%% tolerated: every one fetched '
+       'again, parameters bitwise dense p3\'s (rerequests %s)'
+       % [s['rerequests'] for s in st])
+    st = [r['stats'] for r in tolerated]
+    want = [r['lost_per_step'] * STEPS for r in tolerated]
+    ok([s['bytes_lost'] for s in st] == want and
+       all(s['rerequests'] == 0 for s in st),
+       'dlcp, the same loss, 50%% tolerated: bytes_lost %s, exactly the lost '
+       'chunks\' %s; nothing asked for'
+       % ([s['bytes_lost'] for s in st], want))
+    losses = tolerated[0]['losses']
+    ok(tolerated[0]['final'] == tolerated[1]['final'] and
+       tolerated[0]['final'] != dense[0]['final'] and
+       np.mean(losses[-6:]) < 0.6 * np.mean(losses[:6]),
+       'dlcp, tolerated loss: both ranks bitwise equal, not dense p3\'s, and '
+       'the loss falls (%.3f -> %.3f)'
+       % (np.mean(losses[:6]), np.mean(losses[-6:])))
+
+
+def main():
+    bad_arguments()
+    bitmap()
+    jobs()
+    print('1..%d' % tt.n)
+    return 1 if tt.failed else 0
+
+
+if __name__ == '__main__':
+    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
+        worker(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(main())
