@@ -15,7 +15,11 @@ rank:
 
 Options: --epochs N, --schedule p3|fifo, --batch B (per rank), --lr;
 --sparsify slimdp [--keep F] [--explore F] [--no-residual] sends only
-Slim-DP's significant and explored elements of each slice.  Rank 0 prints
+Slim-DP's significant and explored elements of each slice;
+--loss-tolerance F [--deadline S] [--reliable-fraction F] pushes gradients
+with bounded loss (DLCP: datagrams, plus the largest elements reliably;
+--lose F drops that fraction of the datagram chunks at the sender, to
+see what loss does where the network loses nothing).  Rank 0 prints
 the mean loss and the test accuracy after every epoch, and at the end the
 gradient bytes it sent per iteration (DistributedOptimizer.stats()).
 """
@@ -61,6 +65,23 @@ def digits():
     return (x[order[:cut]], y[order[:cut]]), (x[order[cut:]], y[order[cut:]])
 
 
+def lose_chunks(fraction):
+    """Make every p3.dgram sender of this process leave out a seeded
+    random fraction of its chunks, as a lossy network would."""
+    import numpy as np
+    import p3.dgram
+    real = p3.dgram.Sender.send
+    rng = np.random.default_rng(int(os.environ.get('RANK', 0)))
+
+    def send(self, level, iter, tensor, data, offset=0, timeout=None):
+        data = np.frombuffer(memoryview(data).cast('B'), np.uint8)
+        for at in range(0, data.nbytes, self.chunk):
+            if rng.random() >= fraction:
+                real(self, level, iter, tensor, data[at:at + self.chunk],
+                     offset + at, timeout)
+    p3.dgram.Sender.send = send
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--epochs', type=int, default=8)
@@ -72,10 +93,22 @@ def main():
     ap.add_argument('--explore', type=float, default=None)
     ap.add_argument('--no-residual', dest='residual', action='store_false',
                     help='slimdp: drop what is not sent (for comparison)')
+    ap.add_argument('--loss-tolerance', type=float, default=None)
+    ap.add_argument('--deadline', type=float, default=None)
+    ap.add_argument('--reliable-fraction', type=float, default=None)
+    ap.add_argument('--lose', type=float, default=0.0,
+                    help='bounded loss: drop this fraction of datagram '
+                    'chunks at random (seeded) before they are sent')
     args = ap.parse_args()
     sparse = {} if args.sparsify == 'none' else dict(
         sparsify=args.sparsify, keep=args.keep, explore=args.explore,
         residual=args.residual)
+    if args.loss_tolerance is not None:
+        sparse.update(loss_tolerance=args.loss_tolerance,
+                      deadline=args.deadline,
+                      reliable_fraction=args.reliable_fraction)
+    if args.lose:
+        lose_chunks(args.lose)
 
     torch.set_num_threads(1)        # the ranks share this host's cores
     p3t.init()
@@ -115,11 +148,16 @@ def main():
                   % (epoch + 1, total / steps, 100 * acc,
                      time.monotonic() - t0), flush=True)
     st = opt.stats()
+    # Every rank's counters, summed: each owns (and loses) its own share.
+    total = torch.tensor([st['bytes_sent'], st['bytes_lost'], st['rerequests']],
+                         dtype=torch.float64)
+    torch.distributed.all_reduce(total)
     if rank == 0:
-        print('stats: %d iterations, %d gradient bytes sent, %.0f per '
-              'iteration' % (st['iterations'], st['bytes_sent'],
-                             st['bytes_sent'] / max(1, st['iterations'])),
-              flush=True)
+        sent, lost, asked = (int(v) for v in total)
+        print('stats: %d iterations; all ranks: %d gradient bytes sent, %.0f '
+              'per iteration, %d bytes lost, %d rerequests'
+              % (st['iterations'], sent, sent / max(1, st['iterations']),
+                 lost, asked), flush=True)
     p3t.shutdown()
     return 0
 

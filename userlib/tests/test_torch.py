@@ -119,6 +119,66 @@ def train(schedule, die_at, how):
 
 # --------------------------------------------------------------- driver
 
+def option_worker(kw, out, steps, tweak=None):
+    """One rank of a job whose DistributedOptimizer takes kw (the small
+    CNN, SLICE-byte slices, steps cycling over 12 batches so that the loss
+    can fall): writes its losses, final parameters and stats(), or the
+    error, as JSON to out.  tweak(opt, rank), if given, runs before the
+    first step; a dict it returns is called with opt at the end, and what
+    that returns joins the result."""
+    import p3.torch as p3t
+    torch.set_num_threads(1)
+    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc: main()'s
+    rank = int(os.environ['RANK'])
+    p3t.init(timeout=10)
+    model = make_model()
+    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = data()
+    opt = p3t.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
+        model, slice_bytes=SLICE, timeout=10, **kw)
+    extra = tweak(opt, rank) if tweak else None
+    result = {'losses': []}
+    try:
+        for step in range(steps):
+            bx, by = batch(x, y, step % 12, rank)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(bx), by)
+            loss.backward()
+            opt.step()
+            result['losses'].append(loss.item())
+        opt.synchronize()
+        result['final'] = flat(model).tolist()
+        if extra:
+            result.update(extra(opt))
+    except Exception as e:
+        result['error'] = type(e).__name__
+        result['message'] = str(e)
+    result['stats'] = opt.stats()
+    with open(out, 'w') as f:
+        json.dump(result, f)
+    p3t.shutdown()
+
+
+def refuses(cases, label):
+    """Each (kwargs, start) of cases: DistributedOptimizer(**kwargs)
+    raises a ValueError whose message begins 'p3.torch: ' + start, before
+    p3.torch.init() is needed."""
+    import p3.torch as p3t
+    model = make_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    for kw, word in cases:
+        try:
+            p3t.DistributedOptimizer(sgd, model, **kw)
+            got = 'nothing raised'
+        except ValueError as e:
+            got = str(e)
+        except Exception as e:          # NotInitializedError: too late
+            got = '%s: %s' % (type(e).__name__, e)
+        ok(got.startswith('p3.torch: ' + word),
+           '%s: %s raises ValueError naming %s: %s' % (label, kw, word, got))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))

@@ -20,11 +20,8 @@ no netem); the VM's p3_torch.py loses them in the qdisc.
 import json
 import os
 import sys
-import warnings
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_torch as tt                                  # noqa: E402
@@ -61,42 +58,15 @@ def lost_bytes_per_step(opt, chunk_lost):
 
 
 def worker(kwargs_json, out):
-    import p3.torch as p3t
     kw = json.loads(kwargs_json)
     lose = kw.pop('lose', None)
-    chunk_lost = (lambda k: k % 4 == 1) if lose else None
+
+    def chunk_lost(k):
+        return k % 4 == 1
     if lose:
         lossy_sender(chunk_lost)
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)   # no qdisc: test_torch's
-    rank = int(os.environ['RANK'])
-    p3t.init(timeout=10)
-    model = tt.make_model()
-    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
-    x, y = tt.data()
-    opt = p3t.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=tt.LR, momentum=tt.MOMENTUM),
-        model, slice_bytes=tt.SLICE, timeout=10, **kw)
-    result = {'losses': []}
-    try:
-        for step in range(STEPS):
-            bx, by = tt.batch(x, y, step % 12, rank)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(bx), by)
-            loss.backward()
-            opt.step()
-            result['losses'].append(loss.item())
-        opt.synchronize()
-        result['final'] = tt.flat(model).tolist()
-        if lose and opt._lossy:
-            result['lost_per_step'] = lost_bytes_per_step(opt, chunk_lost)
-    except Exception as e:
-        result['error'] = type(e).__name__
-        result['message'] = str(e)
-    result['stats'] = opt.stats()
-    with open(out, 'w') as f:
-        json.dump(result, f)
-    p3t.shutdown()
+    tt.option_worker(kw, out, STEPS, tweak=lambda opt, rank: lose and (
+        lambda opt: {'lost_per_step': lost_bytes_per_step(opt, chunk_lost)}))
 
 
 def job(**kw):
@@ -106,32 +76,21 @@ def job(**kw):
 
 
 def bad_arguments():
-    import p3.torch as p3t
-    model = tt.make_model()
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    cases = [(dict(loss_tolerance=-0.1), 'loss_tolerance'),
-             (dict(loss_tolerance=1), 'loss_tolerance'),
-             (dict(loss_tolerance=float('nan')), 'loss_tolerance'),
-             (dict(loss_tolerance='x'), 'loss_tolerance'),
-             (dict(loss_tolerance=0.01, deadline=0), 'deadline'),
-             (dict(loss_tolerance=0.01, deadline=11), 'deadline'),
-             (dict(loss_tolerance=0.01, reliable_fraction=0), 'reliable_fraction'),
-             (dict(loss_tolerance=0.01, reliable_fraction=1.5),
-              'reliable_fraction'),
-             (dict(deadline=0.005), 'deadline and reliable_fraction need'),
-             (dict(loss_tolerance=0.01, sparsify='slimdp'),
-              'loss_tolerance and sparsify'),
-             (dict(loss_tolerance=0.01, bands=32), 'loss_tolerance needs')]
-    for kw, word in cases:
-        try:
-            p3t.DistributedOptimizer(sgd, model, **kw)
-            got = 'nothing raised'
-        except ValueError as e:
-            got = str(e)
-        except Exception as e:          # NotInitializedError: too late
-            got = '%s: %s' % (type(e).__name__, e)
-        ok(got.startswith('p3.torch: ' + word),
-           'dlcp: %s raises ValueError naming %s: %s' % (kw, word, got))
+    tt.refuses([(dict(loss_tolerance=-0.1), 'loss_tolerance'),
+                (dict(loss_tolerance=1), 'loss_tolerance'),
+                (dict(loss_tolerance=float('nan')), 'loss_tolerance'),
+                (dict(loss_tolerance='x'), 'loss_tolerance'),
+                (dict(loss_tolerance=0.01, deadline=0), 'deadline'),
+                (dict(loss_tolerance=0.01, deadline=11), 'deadline'),
+                (dict(loss_tolerance=0.01, reliable_fraction=0),
+                 'reliable_fraction'),
+                (dict(loss_tolerance=0.01, reliable_fraction=1.5),
+                 'reliable_fraction'),
+                (dict(deadline=0.005), 'deadline and reliable_fraction need'),
+                (dict(loss_tolerance=0.01, sparsify='slimdp'),
+                 'loss_tolerance and sparsify'),
+                (dict(loss_tolerance=0.01, bands=32), 'loss_tolerance needs')],
+               'dlcp')
 
 
 def bitmap():

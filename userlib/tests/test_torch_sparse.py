@@ -20,11 +20,9 @@
 import json
 import os
 import sys
-import warnings
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_torch as tt                                  # noqa: E402
@@ -36,43 +34,17 @@ ok = tt.ok
 
 # ------------------------------------------------------------- a worker
 
-def worker(kwargs_json, out):
-    import p3.torch as p3t
-    kw = json.loads(kwargs_json)
-    skew = kw.pop('skew', False)
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)   # no qdisc: test_torch's
-    rank = int(os.environ['RANK'])
-    p3t.init(timeout=10)
-    model = tt.make_model()
-    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
-    x, y = tt.data()
-    opt = p3t.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=tt.LR, momentum=tt.MOMENTUM),
-        model, slice_bytes=tt.SLICE, timeout=10, **kw)
-    if skew and rank == 1:
-        # A rank out of step: it picks another step's elements.
+def skew(opt, rank):
+    """A rank out of step: rank 1 picks another step's elements."""
+    if rank == 1:
         sel = opt._ex.sparse.select
         opt._ex.sparse.select = lambda t, w, g, it: sel(t, w, g, it + 1)
-    result = {'losses': []}
-    try:
-        for step in range(STEPS):
-            # The steps cycle over the data so that the loss can fall.
-            bx, by = tt.batch(x, y, step % 12, rank)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(bx), by)
-            loss.backward()
-            opt.step()
-            result['losses'].append(loss.item())
-        opt.synchronize()
-        result['final'] = tt.flat(model).tolist()
-    except Exception as e:
-        result['error'] = type(e).__name__
-        result['message'] = str(e)
-    result['stats'] = opt.stats()
-    with open(out, 'w') as f:
-        json.dump(result, f)
-    p3t.shutdown()
+
+
+def worker(kwargs_json, out):
+    kw = json.loads(kwargs_json)
+    tt.option_worker(kw, out, STEPS, tweak=skew if kw.pop('skew', False)
+                     else None)
 
 
 def job(**kw):
@@ -84,28 +56,16 @@ def job(**kw):
 # ------------------------------------------------------------ the tests
 
 def bad_arguments():
-    import p3.torch as p3t
-    model = tt.make_model()
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    cases = [(dict(sparsify='topk'), 'sparsify'),
-             (dict(sparsify='slimdp', keep=0), 'keep'),
-             (dict(sparsify='slimdp', keep=1.5), 'keep'),
-             (dict(sparsify='slimdp', keep=float('nan')), 'keep'),
-             (dict(sparsify='slimdp', keep='0.1'), 'keep'),
-             (dict(sparsify='slimdp', explore=-0.01), 'explore'),
-             (dict(sparsify='slimdp', explore=1), 'explore'),
-             (dict(sparsify='slimdp', keep=0.6, explore=0.5), 'keep + explore'),
-             (dict(keep=0.1), 'keep and explore need')]
-    for kw, word in cases:
-        try:
-            p3t.DistributedOptimizer(sgd, model, **kw)
-            got = 'nothing raised'
-        except ValueError as e:
-            got = str(e)
-        except Exception as e:          # NotInitializedError: too late
-            got = '%s: %s' % (type(e).__name__, e)
-        ok(got.startswith('p3.torch: ' + word),
-           'slimdp: %s raises ValueError naming %s: %s' % (kw, word, got))
+    tt.refuses([(dict(sparsify='topk'), 'sparsify'),
+                (dict(sparsify='slimdp', keep=0), 'keep'),
+                (dict(sparsify='slimdp', keep=1.5), 'keep'),
+                (dict(sparsify='slimdp', keep=float('nan')), 'keep'),
+                (dict(sparsify='slimdp', keep='0.1'), 'keep'),
+                (dict(sparsify='slimdp', explore=-0.01), 'explore'),
+                (dict(sparsify='slimdp', explore=1), 'explore'),
+                (dict(sparsify='slimdp', keep=0.6, explore=0.5),
+                 'keep + explore'),
+                (dict(keep=0.1), 'keep and explore need')], 'slimdp')
 
 
 def codec():
