@@ -8,12 +8,23 @@ each rank for its own host):
   fifo      schedule 'fifo' (WFBP), tbf at the link rate over a pfifo
   p3user    schedule 'p3', the same tbf + pfifo: order from libp3 only
   p3kernel  schedule 'p3', the p3 qdisc (8 bands, dscp) pacing at the rate
+  p3dlcp    p3kernel with bounded-loss pushes (loss_tolerance, deadline):
+            the datagrams ride levels 8..15, so the qdisc has 16 bands and
+            bands 8..15 (classes 1:9..1:16) a deadline (--qdeadline)
+  slimdp    p3kernel with sparsify='slimdp' (keep 0.1, explore 0.02)
   compute   no exchange at all: forward, backward and SGD alone
 With --bulk, each rank also uploads to the other over one untagged TCP
 connection for the whole run (p3's default band is its least urgent).
+--pressure adds, per run, one of:
+  none      nothing
+  burst     microbursts: every --burst-every s (+-50%, random) a burst of
+            --burst-pkts packets, enough to fill the qdisc, to the peer's
+            discard sink; untagged (the default band) or at --burst-level
+  loss      netem loss --loss % as the root, the mode's shaper under it
 
-Rank 0 appends one JSON line per mode to --out: every timed step's length
-and how much of its forward pass overlapped the previous step's exchange.
+Rank 0 appends one JSON line per run to --out: every timed step's length,
+how much of its forward pass overlapped the previous step's exchange, and
+from both ranks opt.stats() and the qdiscs' drop counters.
 """
 import argparse
 import json
@@ -32,27 +43,58 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 
+import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
 from model import VGGSmall, describe  # noqa: E402
 
 BULK_PORT = 5301
+BURST_PORT = 5302
 QLIMIT = 1000
+P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
+BANDS = 8           # p3.torch's default; p3dlcp's datagrams use 8 more
 
 
-def shape(mode, mbit):
-    """This host's egress: p3 pacing at the rate, or tbf over a pfifo."""
+def shape(mode, pressure, args):
+    """This host's egress: p3 pacing at the rate, or tbf over a pfifo;
+    under netem when the pressure is loss."""
     subprocess.run(['tc', 'qdisc', 'del', 'dev', 'eth0', 'root'],
                    stderr=subprocess.DEVNULL, check=False)
-    if mode == 'p3kernel':
-        # Every other option at its default (8 bands, tag dscp), as a
-        # user's first `tc qdisc add` would leave it.
-        cmds = ('qdisc add dev eth0 root handle 1: p3 limit %d rate %dmbit\n'
-                % (QLIMIT, mbit))
+    # netem drops at its enqueue and, with no delay, hands every packet to
+    # its child at once, so the child still orders (and paces) them all.
+    at, h, sub = 'root', '1', '10'
+    cmds = ''
+    if pressure == 'loss':
+        cmds = 'qdisc add dev eth0 root handle 1: netem loss %g%%\n' % args.loss
+        at, h, sub = 'parent 1:1', '10', '20'
+    if mode in P3_QDISC:
+        # Every other option at its default (tag dscp), as a user's first
+        # `tc qdisc add` would leave it.
+        bands = 2 * BANDS if mode == 'p3dlcp' else BANDS
+        cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dmbit '
+                 'bands %d\n' % (at, h, QLIMIT, args.mbit, bands))
+        for k in range(BANDS + 1, bands + 1):      # tc's minors are hex
+            cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
+                     % (h, k, round(args.qdeadline * 1e6)))
     else:
-        cmds = ('qdisc add dev eth0 root handle 1: tbf rate %dmbit burst 16kb '
-                'latency 10s\nqdisc add dev eth0 parent 1:1 handle 10: pfifo '
-                'limit %d\n' % (mbit, QLIMIT))
+        cmds += ('qdisc add dev eth0 %s handle %s: tbf rate %dmbit burst 16kb '
+                 'latency 10s\nqdisc add dev eth0 parent %s:1 handle %s: pfifo '
+                 'limit %d\n' % (at, h, args.mbit, h, sub, QLIMIT))
     subprocess.run(['tc', '-batch', '-'], input=cmds, text=True, check=True)
+
+
+def qdisc_drops():
+    """This host's egress qdiscs: kind and drop counters (p3's causes too)."""
+    out = subprocess.run(['tc', '-s', '-j', 'qdisc', 'show', 'dev', 'eth0'],
+                         capture_output=True, text=True, check=True).stdout
+    res = []
+    for q in json.loads(out):
+        d = {'kind': q.get('kind'), 'drops': q.get('drops')}
+        x = q.get('xstats') or {}
+        for k in ('drops_deadline', 'drops_tolerant', 'drops_limit'):
+            if k in x or k in q:
+                d[k] = x.get(k, q.get(k))
+        res.append(d)
+    return res
 
 
 class Bulk:
@@ -79,9 +121,60 @@ class Bulk:
         self.thread.join(10)
 
 
+class Bursts:
+    """Microbursts that fill the queue, from a co-located sender.
+
+    64 KB datagrams, each leaving as 45 IP fragments (each a packet in the
+    qdisc): a burst of 1,000 packets takes 23 system calls, cheap enough
+    for an emulated CPU, and the send buffer is forced big enough that a
+    burst reaches the qdisc whole, at once."""
+    DGRAM = 65507
+
+    def __init__(self, peer, pkts, every, level, seed):
+        import random
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.sent = 0
+        self.bursts = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, 32, 16 << 20)  # SNDBUFFORCE
+        if level >= 0:
+            p3.tag(self.sock, level)
+        self.sock.connect((peer, BURST_PORT))
+        self.sock.setblocking(False)
+        self.n = -(-pkts * 1480 // self.DGRAM)     # 1480: fragment payload
+        self.every = every
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        data = b'\0' * self.DGRAM
+        while not self.stop.wait(self.every * self.rng.uniform(0.5, 1.5)):
+            self.bursts += 1
+            for _ in range(self.n):
+                try:
+                    self.sent += self.sock.send(data)
+                except OSError:     # the qdisc dropped it, or the buffer's full
+                    pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+        self.sock.close()
+
+
 def sink():
-    """Accept the peer's uploads and discard them, for the whole run."""
+    """Accept the peer's uploads and bursts and discard them, for the whole
+    run."""
     srv = socket.create_server(('0.0.0.0', BULK_PORT), reuse_port=True)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    udp.bind(('0.0.0.0', BURST_PORT))
+
+    def drain_udp():
+        while udp.recv(1 << 16):
+            pass
+    threading.Thread(target=drain_udp, daemon=True).start()
 
     def drain(c):
         with c:
@@ -95,19 +188,29 @@ def sink():
     threading.Thread(target=serve, daemon=True).start()
 
 
-def run_mode(mode, bulk, args, model, x, y, peer):
+def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     rank = p3t.rank()
-    if mode != 'compute' and not args.no_shape:
-        shape(mode, args.mbit)
+    shaped = mode != 'compute' and not args.no_shape
+    if shaped:
+        shape(mode, pressure, args)
     # Every mode starts from rank 0's parameters ('compute' trains alone).
     p3t.broadcast_parameters(model.state_dict())
     dist.barrier()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if mode != 'compute':
+        extra = {}
+        if mode == 'p3dlcp':
+            extra = dict(loss_tolerance=args.loss_tolerance,
+                         deadline=args.deadline)
+        elif mode == 'slimdp':
+            extra = dict(sparsify='slimdp')
         opt = p3t.DistributedOptimizer(
             opt, model, schedule='fifo' if mode == 'fifo' else 'p3',
-            timeout=120)
+            timeout=120, **extra)
     up = Bulk(peer) if bulk else None
+    bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
+                     args.burst_level, 11 + rank)
+              if pressure == 'burst' else None)
     steps, fwd, t_prev = [], [], None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
@@ -121,10 +224,11 @@ def run_mode(mode, bulk, args, model, x, y, peer):
         F.cross_entropy(out, y).backward()
         opt.step()
         if args.progress and rank == 0:
-            print('# %s%s: step %d/%d, %.2f s' % (
-                mode, '+bulk' if bulk else '', i + 1, args.warmup + args.iters,
-                time.monotonic() - t0), file=sys.stderr, flush=True)
-    overlap = []
+            print('# %s%s+%s: step %d/%d, %.2f s' % (
+                mode, '+bulk' if bulk else '', pressure, i + 1,
+                args.warmup + args.iters, time.monotonic() - t0),
+                file=sys.stderr, flush=True)
+    overlap, stats = [], None
     if mode != 'compute':
         opt.synchronize()
         done = opt.exchange_done
@@ -134,15 +238,30 @@ def run_mode(mode, bulk, args, model, x, y, peer):
         for i in range(args.warmup + 1, len(fwd)):
             f0, f1 = fwd[i]
             overlap.append(max(0.0, min(done[i - 1], f1) - f0) / (f1 - f0))
+        stats = opt.stats()
         opt.close()
     same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
     if up:
         up.close()
+    burst = {'bytes': bursts.sent, 'bursts': bursts.bursts} if bursts else None
+    if bursts:
+        bursts.close()
+    # Each rank's counters: bytes_lost and rerequests are an owner's, and
+    # a qdisc sees only its own host's egress.
+    every = [None] * p3t.size()
+    dist.all_gather_object(every, {'stats': stats, 'burst': burst,
+                                   'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
-    return {'mode': mode, 'bulk': bulk, 'mbit': args.mbit, 'batch': args.batch,
+    return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
+            'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
-            'params_equal': same}
+            'params_equal': same, 'ranks': every,
+            'loss': args.loss if pressure == 'loss' else None,
+            'deadline': args.deadline if mode == 'p3dlcp' else None,
+            'qdeadline': args.qdeadline if mode == 'p3dlcp' else None,
+            'loss_tolerance': (args.loss_tolerance if mode == 'p3dlcp'
+                               else None)}
 
 
 def params_equal(model):
@@ -157,6 +276,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--modes', default='compute,fifo,p3user,p3kernel')
     ap.add_argument('--bulk', default='0,1')
+    ap.add_argument('--pressure', default='none',
+                    help='comma-separated: none, burst, loss')
+    ap.add_argument('--loss', type=float, default=1.0,
+                    help='netem loss in %% (pressure loss)')
+    ap.add_argument('--burst-pkts', type=int, default=QLIMIT)
+    ap.add_argument('--burst-every', type=float, default=0.075,
+                    help='mean seconds between bursts')
+    ap.add_argument('--burst-level', type=int, default=-1,
+                    help='p3 level of the bursts; -1: untagged')
+    ap.add_argument('--loss-tolerance', type=float, default=0.01)
+    ap.add_argument('--deadline', type=float, default=0.005,
+                    help="p3dlcp: p3.torch's deadline (s)")
+    ap.add_argument('--qdeadline', type=float,
+                    help='p3dlcp: the qdisc bands\' deadline (s); default '
+                    '--deadline')
     ap.add_argument('--mbit', type=int, default=100)
     ap.add_argument('--batch', type=int, default=16)
     ap.add_argument('--iters', type=int, default=8)
@@ -169,6 +303,8 @@ def main():
     ap.add_argument('--no-shape', action='store_true',
                     help='leave the qdisc alone (a dry run on loopback)')
     args = ap.parse_args()
+    if args.qdeadline is None:
+        args.qdeadline = args.deadline
 
     torch.set_num_threads(1)        # one vCPU per rank
     p3t.init(timeout=120)
@@ -181,13 +317,15 @@ def main():
     y = torch.randint(0, 10, (args.batch,), generator=g)
     for mode in args.modes.split(','):
         for bulk in (int(b) for b in args.bulk.split(',')):
-            if mode == 'compute' and bulk:
-                continue
-            r = run_mode(mode, bulk, args, model, x, y, args.peer)
-            if p3t.rank() == 0:
-                r.update(describe(model))
-                with open(args.out, 'a') as f:
-                    f.write(json.dumps(r) + '\n')
+            for pressure in args.pressure.split(','):
+                if mode == 'compute' and (bulk or pressure != 'none'):
+                    continue
+                r = run_mode(mode, bulk, pressure, args, model, x, y,
+                             args.peer)
+                if p3t.rank() == 0:
+                    r.update(describe(model))
+                    with open(args.out, 'a') as f:
+                        f.write(json.dumps(r) + '\n')
     p3t.shutdown()
 
 
