@@ -138,11 +138,10 @@ struct p3_sched_data {
 	u32			paced_max_len;	/* pacer: largest packet seen */
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
-	/* Dropped at dequeue, not yet reported to the parents: see
-	 * p3_report_expired().
+	/* The packet the last peek returned, which the dequeue after it
+	 * must send, expired or not: the parent charged its length.
 	 */
-	u32			expired;
-	u32			expired_len;
+	struct sk_buff		*peeked;
 	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
 	struct p3_config	cfg;
@@ -197,14 +196,19 @@ static bool p3_tolerant(const struct p3_sched_data *q,
 	return cb->tolerant && q->bands[cb->band].deadline;
 }
 
-/* Has loss-tolerant @skb waited longer than its band's deadline? */
+/* Has loss-tolerant @skb waited longer than its band's deadline?  *now
+ * is the stamp clock, read on first need (0: not yet).
+ */
 static bool p3_expired(const struct p3_sched_data *q,
-		       const struct sk_buff *skb)
+		       const struct sk_buff *skb, u32 *now)
 {
 	const struct p3_skb_cb *cb = p3_cb(skb);
 
-	return p3_tolerant(q, skb) &&
-	       ((p3_stamp_now() - cb->stamp) & P3_STAMP_MASK) >
+	if (!p3_tolerant(q, skb))
+		return false;
+	if (!*now)
+		*now = p3_stamp_now() | 1;
+	return ((*now - cb->stamp) & P3_STAMP_MASK) >
 	       q->bands[cb->band].deadline;
 }
 
@@ -595,6 +599,8 @@ static struct sk_buff *p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
 
 	flow->head = skb->next;
 	skb_mark_not_on_list(skb);
+	if (skb == q->peeked)
+		q->peeked = NULL;
 	if (flow->min_head == skb) {
 		flow->min_head = p3_cb(skb)->min_next;
 		if (flow->min_head)
@@ -641,18 +647,21 @@ static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 
 	*bytes += qdisc_pkt_len(skb);
 	q->bands[band].qstats.drops++;
+	if (p3_tolerant(q, skb))
+		q->stats.drops_tolerant++;
 	qdisc_drop(skb, sch, to_free);
 	return flow;
 }
 
 /*
- * The least urgent band whose fattest flow has a loss-tolerant head
- * packet, or -1.  Only that flow's head is looked at, as only it would be
- * pushed out: a band is skipped, not searched, if that one is reliable.
+ * The least urgent band, @serve or less urgent, whose fattest flow has a
+ * loss-tolerant head packet, or -1.  Only that flow's head is looked at,
+ * as only it would be pushed out: a band is skipped, not searched, if
+ * that one is reliable.
  */
-static int p3_tolerant_victim(struct p3_sched_data *q)
+static int p3_tolerant_victim(struct p3_sched_data *q, u8 serve)
 {
-	u64 bands = q->active & q->tolerant;
+	u64 bands = q->active & q->tolerant & ~(BIT_ULL(serve) - 1);
 	int band;
 
 	while (bands) {
@@ -665,42 +674,20 @@ static int p3_tolerant_victim(struct p3_sched_data *q)
 }
 
 /*
- * The band to push a packet out of so that one of @band (whose flow is
- * served at @serve) fits, or -1 if the arriving packet is the one to
- * lose.  Loss-tolerant packets go first, least urgent first (the arriving
- * one among them); then the least urgent band, never one more urgent
- * than @serve.
+ * The band to push a packet out of so that one arriving for a flow
+ * served at @serve fits, or -1 if the arriving packet is the one to lose.
+ * Never a band more urgent than @serve: strict priority comes first.
+ * Among the others, loss-tolerant packets go first, least urgent first,
+ * then the least urgent band's.
  */
-static int p3_victim(struct p3_sched_data *q, u8 band, u8 serve)
+static int p3_victim(struct p3_sched_data *q, u8 serve)
 {
-	int victim = p3_tolerant_victim(q);
+	int victim = p3_tolerant_victim(q, serve);
 
-	if ((q->tolerant & BIT_ULL(band)) && victim < band) {
-		q->stats.drops_tolerant++;
-		return -1;
-	}
-	if (victim >= 0) {
-		q->stats.drops_tolerant++;
+	if (victim >= 0)
 		return victim;
-	}
 	victim = p3_least_urgent(q);
 	return victim < serve ? -1 : victim;
-}
-
-/* Tells the parents about the packets dropped at dequeue.  Not while
- * this qdisc is empty: a parent (HTB) whose class empties under its own
- * dequeue is not ready for that, so the report waits for the next
- * packet, as codel's does.
- */
-static void p3_report_expired(struct Qdisc *sch)
-{
-	struct p3_sched_data *q = qdisc_priv(sch);
-
-	if (!q->expired || !sch->q.qlen)
-		return;
-	qdisc_tree_reduce_backlog(sch, q->expired, q->expired_len);
-	q->expired = 0;
-	q->expired_len = 0;
 }
 
 /* Which limit admitting @pkts more packets of @truesize bytes in all would
@@ -747,9 +734,11 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	while ((cause = p3_overlimit(sch, 1, skb->truesize))) {
 		(*cause)++;
-		victim = p3_victim(q, band, serve);
+		victim = p3_victim(q, serve);
 		if (victim < 0) {
 			q->bands[serve].qstats.drops++;
+			if (q->tolerant & BIT_ULL(band))
+				q->stats.drops_tolerant++;
 			qdisc_drop(skb, sch, to_free);
 			/* The parent counts this packet as dropped and never
 			 * added it, so only the pushed-out ones are reported.
@@ -769,7 +758,6 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	p3_flow_push(q, flow, skb, band);
 	sch->q.qlen++;
 	qdisc_qstats_backlog_inc(sch, skb);
-	p3_report_expired(sch);
 	if (!pushed)
 		return NET_XMIT_SUCCESS;
 
@@ -865,48 +853,62 @@ static struct p3_flow *p3_drr_next(struct p3_sched_data *q)
 	}
 }
 
-/* Drops the head packet of @flow, which outlived its band's deadline.
- * A dropped packet costs its flow no DRR credit: it never used the link.
+/* Drops the head packet of @flow, which outlived its band's deadline,
+ * and adds its length to *@bytes.  A dropped packet costs its flow no DRR
+ * credit: it never used the link.
  */
-static void p3_expire(struct Qdisc *sch, struct p3_flow *flow)
+static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	u8 band = flow->band;
 	struct sk_buff *skb = p3_flow_pop(sch, flow);
 
+	*bytes += qdisc_pkt_len(skb);
 	q->bands[band].qstats.drops++;
 	q->stats.drops_deadline++;
-	q->expired++;
-	q->expired_len += qdisc_pkt_len(skb);
 	qdisc_qstats_drop(sch);
-	kfree_skb(skb);
+	kfree_skb_reason(skb, SKB_DROP_REASON_QDISC_DROP);
 }
 
 /*
  * The flow the next dequeue serves, or NULL if nothing may leave now.
  * DRR's rotation and the dropping of expired packets happen here, so a
- * peek and the dequeue after it pick the same flow and the same packet:
- * the rotation stops at a flow with credit left, whose head is fresh.
+ * peek and the dequeue after it pick the same flow: the rotation stops at
+ * a flow with credit left, whose head is fresh, or is the packet the peek
+ * returned (which the parent has charged for, and which the dequeue
+ * sends even if it expired in between).
  */
 static struct p3_flow *p3_next_flow(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	unsigned int budget = P3_EXPIRE_BATCH;
+	u32 now = 0, dropped = 0, dropped_len = 0;
 	struct p3_flow *flow = NULL;
 
 	while (q->active) {
 		flow = p3_drr_next(q);
-		if (!p3_expired(q, flow->head))
+		if (flow->head == q->peeked || !p3_expired(q, flow->head, &now))
 			break;
-		if (!budget--) {
-			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
+		if (dropped == P3_EXPIRE_BATCH) {
 			flow = NULL;
 			break;
 		}
-		p3_expire(sch, flow);
+		p3_expire(sch, flow, &dropped_len);
+		dropped++;
 		flow = NULL;
 	}
-	p3_report_expired(sch);
+	if (!dropped)
+		goto out;
+	/* At once, even when they emptied this qdisc: the parents'
+	 * qlen_notify is idempotent (since 6.1.139 and 6.12.29), and a DRR,
+	 * ETS or HFSC parent told nothing would keep serving an empty class.
+	 */
+	qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
+	/* The parent got nothing from this call: a new run serves its other
+	 * classes, or the rest of a batch that ran out.
+	 */
+	if (!flow)
+		qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
+out:
 	if (!flow)
 		return NULL;
 	return p3_pacer_allows(q, qdisc_pkt_len(flow->head)) ? flow : NULL;
@@ -947,9 +949,11 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
  */
 static struct sk_buff *p3_peek(struct Qdisc *sch)
 {
+	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow = p3_next_flow(sch);
 
-	return flow ? flow->head : NULL;
+	q->peeked = flow ? flow->head : NULL;
+	return q->peeked;
 }
 
 static void p3_free_skb(struct sk_buff *skb)
@@ -974,9 +978,7 @@ static void p3_purge(struct Qdisc *sch)
 	p3_gc_all(q);
 	q->paid_until = 0;
 	q->paced_max_len = 0;
-	/* The parents reset their counts along with this qdisc. */
-	q->expired = 0;
-	q->expired_len = 0;
+	q->peeked = NULL;
 }
 
 static void p3_reset(struct Qdisc *sch)
@@ -1350,6 +1352,11 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 		NL_SET_ERR_MSG(extack, "p3 classes are its bands, H:1..H:bands: change one, none can be added");
 		return -EOPNOTSUPP;
 	}
+	if (tca[TCA_RATE]) {
+		NL_SET_ERR_MSG_ATTR(extack, tca[TCA_RATE],
+				    "p3 classes keep no rate estimator");
+		return -EOPNOTSUPP;
+	}
 	if (!tca[TCA_OPTIONS])
 		return 0;
 	err = nla_parse_nested(tb, TCA_P3_CLASS_MAX, tca[TCA_OPTIONS],
@@ -1388,7 +1395,7 @@ static int p3_dump_class(struct Qdisc *sch, unsigned long cl,
 	struct nlattr *opts;
 
 	tcm->tcm_handle |= TC_H_MIN(cl);
-	opts = nla_nest_start(skb, TCA_OPTIONS);
+	opts = nla_nest_start_noflag(skb, TCA_OPTIONS);
 	if (!opts)
 		return -EMSGSIZE;
 	if (nla_put_u32(skb, TCA_P3_CLASS_DEADLINE,

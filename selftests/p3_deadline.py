@@ -11,12 +11,15 @@ and on overflow its packets are pushed out before any reliable one.
                       deadline: every queued packet of the tolerant band
                       is dropped when the pacer lets go, every one of the
                       reliable band beside it is sent, fresh packets are
-                      sent, and tbf above p3 counts what p3 counts.
-  tolerant_first      at the packet limit, urgent and bulk reliable
-                      packets push out the tolerant ones first (though
-                      bulk is less urgent); once none is left, bulk loses
-                      its own packets; a tolerant packet arriving at a
-                      queue of reliable ones is the one dropped.
+                      sent, and tbf above p3 counts what p3 counts at
+                      once, though the drops emptied p3.
+  expire_under_drr    the same under DRR with a second class: DRR counts
+                      what p3 counts and serves its other class.
+  tolerant_first      at the packet limit, strict priority first, then
+                      tolerant before reliable: urgent packets push out
+                      tolerant ones before less urgent bulk; bulk never
+                      pushes out the more urgent tolerant band, only its
+                      own; a tolerant packet pushes out less urgent bulk.
   options             what tc class show prints, 0 making a band reliable
                       again, and a deadline surviving a change of the
                       qdisc but not the loss of its band.
@@ -29,8 +32,8 @@ import sys
 import time
 
 from p3_overload import Sender, counters
-from p3lib import (SDEV, add_selection_args, class_stats, no_ipv6,
-                   qdisc_json, run_tests, sh, tc)
+from p3lib import (RADDR, SDEV, SND, add_selection_args, class_stats,
+                   no_ipv6, qdisc_json, run_tests, sh, tc)
 
 TBF = f"qdisc add dev {SDEV} root handle 1: tbf rate 1gbit burst 1mb latency 1s"
 
@@ -54,45 +57,90 @@ def test_expire_at_dequeue(chk):
     tc(f"class change dev {SDEV} classid 10:8 p3 deadline 20ms")
     snd = Sender()
     try:
+        # Reliable first: its head shields the tolerant band from the
+        # peeks every enqueue brings, however slowly the burst goes in.
+        rel_errs = snd.send("reliable", 50, 7)      # band 6
         # More than one dequeue drops (64): the watchdog must bring the rest.
         tol_errs = snd.send("tolerant", 150, 8)     # band 7
-        rel_errs = snd.send("reliable", 50, 7)      # band 6
         time.sleep(0.3)
         held = class_stats()
         tc(f"qdisc change dev {SDEV} parent 1:1 handle 10: p3 rate 0")
         time.sleep(1)
         b = class_stats()
         x = xstats()
+        p3, top = counters("p3"), counters("tbf")
         chk.note(f"held: band 7 {held[7]}, band 6 {held[6]}; after: band 7 "
-                 f"{b[7]}, band 6 {b[6]}; xstats {x}")
+                 f"{b[7]}, band 6 {b[6]}; qlen/backlog/drops: p3 {p3}, tbf "
+                 f"{top}; drops_deadline {x['drops_deadline']}")
         chk.expect(tol_errs == rel_errs == 0, f"send errors {tol_errs}, "
                    f"{rel_errs}: a drop at dequeue is no sender's error")
-        chk.expect(held[7]["qlen"] == 149 and held[6]["qlen"] == 50,
-                   f"held {held[7]['qlen']} + {held[6]['qlen']}, want "
-                   "149 + 50 behind the pacer")
-        chk.expect(b[7]["pkts"] == 1 and b[7]["drops"] == 149,
+        chk.expect(held[6]["qlen"] == 49 and held[7]["qlen"] == 150,
+                   f"held {held[6]['qlen']} + {held[7]['qlen']}, want "
+                   "49 + 150 behind the pacer")
+        chk.expect(b[7]["pkts"] == 0 and b[7]["drops"] == 150,
                    f"tolerant band sent {b[7]['pkts']}, dropped "
-                   f"{b[7]['drops']}: want 1 and 149")
+                   f"{b[7]['drops']}: want 0 and 150")
         chk.expect(b[6]["pkts"] == 50 and b[6]["drops"] == 0,
                    f"reliable band sent {b[6]['pkts']}, dropped "
                    f"{b[6]['drops']}: want 50 and 0")
-        chk.expect(x["drops_deadline"] == 149 and x["drops_tolerant"] == 0,
+        chk.expect(x["drops_deadline"] == 150 and x["drops_tolerant"] == 0,
                    f"drops_deadline {x['drops_deadline']}, drops_tolerant "
-                   f"{x['drops_tolerant']}: want 149 and 0")
+                   f"{x['drops_tolerant']}: want 150 and 0")
+        # Told at once, though the drops emptied p3.
+        chk.expect(p3 == top == (0, 0, 150),
+                   f"tbf counts {top}, p3 {p3}: want both (0, 0, 150)")
 
-        # Fresh tolerant packets leave; their enqueue also brings the
-        # parent the drops p3 held back while it was empty.
         fresh_errs = snd.send("tolerant", 20, 8)
         time.sleep(0.5)
         b = class_stats()
-        chk.expect(fresh_errs == 0 and b[7]["pkts"] == 21 and
-                   b[7]["drops"] == 149,
+        chk.expect(fresh_errs == 0 and b[7]["pkts"] == 20 and
+                   b[7]["drops"] == 150,
                    f"fresh: sent {b[7]['pkts']}, dropped {b[7]['drops']}, "
-                   f"errors {fresh_errs}: want 21, 149, 0")
-        p3, top = counters("p3"), counters("tbf")
-        chk.note(f"qlen/backlog/drops: p3 {p3}, tbf {top}")
+                   f"errors {fresh_errs}: want 20, 150, 0")
+    finally:
+        snd.close()
+
+
+SIBLING_PORT = 10
+DRR = [f"qdisc add dev {SDEV} root handle 1: drr",
+       f"class add dev {SDEV} parent 1: classid 1:1 drr",
+       f"class add dev {SDEV} parent 1: classid 1:2 drr",
+       f"filter add dev {SDEV} parent 1: protocol ip prio 1 u32 match ip "
+       f"dport {SIBLING_PORT} 0xffff classid 1:2",
+       f"filter add dev {SDEV} parent 1: prio 2 matchall classid 1:1"]
+
+
+def sibling_sent():
+    out = tc(f"-s class show dev {SDEV} classid 1:2")
+    return int(re.search(r"Sent \d+ bytes (\d+) pkt", out).group(1))
+
+
+def test_expire_under_drr(chk):
+    """Expiry that empties p3 under DRR: the parent is told at once, so
+    its other class is served; a report kept back until p3's next packet
+    would leave DRR serving an empty class, and the other one starving."""
+    no_ipv6()
+    for cmd in DRR:
+        tc(cmd)
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 rate 8bit tag priority")
+    tc(f"class change dev {SDEV} classid 10:8 p3 deadline 20ms")
+    snd = Sender()
+    try:
+        errs = snd.send("tolerant", 150, 8)
+        time.sleep(0.3)
+        tc(f"qdisc change dev {SDEV} parent 1:1 handle 10: p3 rate 0")
+        time.sleep(1)
+        p3, top = counters("p3"), counters("drr")
+        sh(f"{sys.executable} -c \"import socket; s = socket.socket(2, 2); "
+           f"[s.sendto(bytes(86), ('{RADDR}', {SIBLING_PORT})) "
+           f"for _ in range(10)]\"", ns=SND)
+        time.sleep(0.5)
+        sent = sibling_sent()
+        chk.note(f"qlen/backlog/drops: p3 {p3}, drr {top}; the other class "
+                 f"sent {sent}; send errors {errs}")
         chk.expect(p3 == top == (0, 0, 149),
-                   f"tbf counts {top}, p3 {p3}: want both (0, 0, 149)")
+                   f"drr counts {top}, p3 {p3}: want both (0, 0, 149)")
+        chk.expect(sent == 10, f"the other class sent {sent} of 10")
     finally:
         snd.close()
 
@@ -109,12 +157,16 @@ def test_tolerant_first(chk):
         #  0, 4, 7 after it, drops of bands 4, 7, drops_tolerant)
         ("tolerant, one leaves", "tol", 10, 5, 0, (0, 9, 0), (0, 0), 0),
         ("bulk fills the queue", "bulk", 11, 8, 0, (0, 9, 11), (0, 0), 0),
-        ("urgent pushes out tolerant, not bulk", "urgent", 5, 1, 0,
-         (5, 4, 11), (5, 0), 5),
-        ("bulk pushes out the rest of tolerant, then its own", "bulk", 6,
-         8, 0, (5, 0, 15), (9, 2), 9),
-        ("tolerant arriving at reliable packets is dropped", "tol", 3, 5,
-         3, (5, 0, 15), (12, 2), 12),
+        ("urgent pushes out tolerant before the less urgent bulk", "urgent",
+         5, 1, 0, (5, 4, 11), (5, 0), 5),
+        ("bulk pushes out its own, never the more urgent tolerant", "bulk",
+         6, 8, 0, (5, 4, 11), (5, 6), 5),
+        ("tolerant pushes out its own older tolerant", "tol", 3, 5, 0,
+         (5, 4, 11), (8, 6), 8),
+        ("urgent pushes out the rest of tolerant", "urgent", 4, 1, 0,
+         (9, 0, 11), (12, 6), 12),
+        ("with no tolerant left, tolerant pushes out less urgent bulk",
+         "tol2", 2, 5, 0, (9, 2, 9), (12, 8), 12),
     ]
     try:
         for what, name, count, prio, errs, qlens, drops, tolerant in steps:
@@ -158,6 +210,7 @@ def test_options(chk):
 
 TESTS = [
     ("expire_at_dequeue", test_expire_at_dequeue),
+    ("expire_under_drr", test_expire_under_drr),
     ("tolerant_first", test_tolerant_first),
     ("options", test_options),
 ]

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <linux/pkt_sched_p3.h>
 
@@ -350,16 +351,21 @@ static const char *p3_parse_deadline(__u32 *us, const char *arg)
 	if (end == arg || strchr(arg, '-'))
 		goto bad;
 	for (i = 0; i < ARRAY_SIZE(units); i++) {
-		if (strcmp(end, units[i].suffix))
+		if (strcasecmp(end, units[i].suffix))
 			continue;
 		t *= units[i].us;
 		/* Written so that NaN fails it too. */
 		if (!(t >= 0 && t <= P3_MAX_DEADLINE_US))
 			goto bad;
-		/* Rounded up: a deadline is never shortened. */
-		*us = t;
-		if (*us < t)
-			(*us)++;
+		/* The nearest microsecond when the decimal is one ("2.007ms"
+		 * is 2006.9999... in binary), else up: never shortened.
+		 */
+		*us = (__u32)(t + 0.5);
+		if (*us - t > 1e-6 || t - *us > 1e-6) {
+			*us = (__u32)t;
+			if (*us < t)
+				(*us)++;
+		}
 		return NULL;
 	}
 bad:
@@ -384,7 +390,7 @@ static int p3_parse_class_opt(struct qdisc_util *qu, int argc, char **argv,
 		return p3_fail("invalid deadline \"%s\": %s", argv[1], why);
 
 	nest = addattr_nest(n, P3_NLMSG_MAX, TCA_OPTIONS | NLA_F_NESTED);
-	if (addattr32(n, P3_NLMSG_MAX, TCA_P3_CLASS_DEADLINE, us))
+	if (!nest || addattr32(n, P3_NLMSG_MAX, TCA_P3_CLASS_DEADLINE, us))
 		return -1;
 	addattr_nest_end(n, nest);
 	return 0;

@@ -261,6 +261,9 @@ class_sends "deadline 1.5ms is sent as 1500 us" "deadline 1500us " deadline 1.5m
 class_sends "a bare number is microseconds" "deadline 250us " deadline 250
 class_sends "deadline 10s, the longest" "deadline 10s " deadline 10s
 class_sends "a fraction of a microsecond rounds up" "deadline 1us " deadline 0.2us
+class_sends "2.007ms is 2007 us, not the binary 2006.999..." "deadline 2007us " deadline 2.007ms
+class_sends "0.000123s is 123 us" "deadline 123us " deadline 0.000123s
+class_sends "units in capitals, as tc takes them" "deadline 2ms " deadline 2MS
 class_sends "deadline 0 is sent, and prints nothing" "" deadline 0
 
 # --- printing what the kernel dumps ----------------------------------------
