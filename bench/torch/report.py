@@ -7,22 +7,33 @@
 Per mode, with and without the upload: the median step time, its speedup
 over fifo (same upload setting), p3kernel against p3user, and the median
 share of each forward pass that overlapped the previous step's exchange.
+With runs under --pressure or of p3dlcp/slimdp, a second table: per
+pressure and mode, the median and the slowest step (p99 = max: a run has
+far fewer than 100 steps), both against reliable P3 (p3kernel) under the
+same pressure, bytes per iteration, and what was lost and asked again;
+--png then plots that table.
 """
 import argparse
 import json
 import statistics
 
 MODES = ('fifo', 'p3user', 'p3kernel')
+NEW = ('p3kernel', 'p3dlcp', 'slimdp')
+PRESSURES = ('none', 'burst', 'loss')
 LABEL = {'fifo': 'fifo (WFBP)', 'p3user': 'p3, user space only',
-         'p3kernel': 'p3 + sch_p3', 'compute': 'compute alone'}
+         'p3kernel': 'p3 + sch_p3', 'compute': 'compute alone',
+         'p3dlcp': 'p3 + sch_p3, bounded loss', 'slimdp': 'p3 + sch_p3, Slim-DP'}
 
 
 def load(path):
+    """{(mode, bulk, pressure): run}; lines from before --pressure have
+    none."""
     runs = {}
     with open(path) as f:
         for line in f:
             r = json.loads(line)
-            runs[(r['mode'], r['bulk'])] = r
+            r.setdefault('pressure', 'none')
+            runs[(r['mode'], r['bulk'], r['pressure'])] = r
     return runs
 
 
@@ -38,13 +49,13 @@ def table(runs):
                  100 * any_run['conv_share'], any_run['mbit']), '',
              '| mode | upload | step (s) | speedup over fifo | forward overlapped |',
              '|---|---|---|---|---|']
-    if ('compute', 0) in runs:
+    if ('compute', 0, 'none') in runs:
         lines.append('| %s | no | %.2f | | |' % (
-            LABEL['compute'], median(runs[('compute', 0)]['steps'])))
+            LABEL['compute'], median(runs[('compute', 0, 'none')]['steps'])))
     for bulk in (0, 1):
-        base = runs.get(('fifo', bulk))
+        base = runs.get(('fifo', bulk, 'none'))
         for m in MODES:
-            r = runs.get((m, bulk))
+            r = runs.get((m, bulk, 'none'))
             if not r:
                 continue
             t = median(r['steps'])
@@ -53,12 +64,83 @@ def table(runs):
                 LABEL[m], 'yes' if bulk else 'no', t, sp,
                 100 * median(r['fwd_overlap'])))
     for bulk in (0, 1):
-        k, u = runs.get(('p3kernel', bulk)), runs.get(('p3user', bulk))
+        k = runs.get(('p3kernel', bulk, 'none'))
+        u = runs.get(('p3user', bulk, 'none'))
         if k and u:
             lines.append('\np3 + sch_p3 against p3 in user space only, %s upload: '
                          '%.2fx' % ('with' if bulk else 'without',
                                     median(u['steps']) / median(k['steps'])))
     return '\n'.join(lines)
+
+
+def counters(r):
+    """Both ranks' counters, summed, and bytes sent per iteration and rank."""
+    c = {'bytes_lost': 0, 'rerequests': 0, 'drops_deadline': 0,
+         'netem_loss': 0, 'per_iter': 0.0, 'pushed': 0}
+    for rk in r['ranks']:
+        st = rk['stats']
+        c['per_iter'] += st['bytes_sent'] / st['iterations'] / len(r['ranks'])
+        c['pushed'] += st['bytes_pushed']
+        c['bytes_lost'] += st['bytes_lost']
+        c['rerequests'] += st['rerequests']
+        q = {d['kind']: d for d in rk['qdisc'] or ()}
+        c['drops_deadline'] += q.get('p3', {}).get('drops_deadline', 0)
+        if 'netem' in q:    # netem's drops include what its child dropped
+            c['netem_loss'] += q['netem']['drops'] - sum(
+                d['drops'] for k, d in q.items() if k != 'netem')
+    return c
+
+
+def pressure_table(runs):
+    lines = ['| pressure | mode | step median (s) | step max = p99 (s) | '
+             'median / P3 | max / P3 | bytes / iteration | of P3 | '
+             'bytes_lost | rerequests | drops_deadline | netem drops |',
+             '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for p in PRESSURES:
+        base = runs.get(('p3kernel', 0, p))
+        for m in NEW:
+            r = runs.get((m, 0, p))
+            if not r:
+                continue
+            c = counters(r)
+            rel = ((median(r['steps']) / median(base['steps']),
+                    max(r['steps']) / max(base['steps']),
+                    c['per_iter'] / counters(base)['per_iter'])
+                   if base else (float('nan'),) * 3)
+            lines.append('| %s | %s | %.2f | %.2f | %.2fx | %.2fx | {:,.0f} | '
+                         '%.1f%% | %d | %d | %d | %d |'.format(c['per_iter']) % (
+                             p, LABEL[m], median(r['steps']), max(r['steps']),
+                             rel[0], rel[1], 100 * rel[2],
+                             c['bytes_lost'], c['rerequests'],
+                             c['drops_deadline'], c['netem_loss']))
+    return '\n'.join(lines)
+
+
+def plot_pressure(runs, png):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.27
+    for j, m in enumerate(NEW):
+        xs, ys, lo, hi = [], [], [], []
+        for i, p in enumerate(PRESSURES):
+            r = runs.get((m, 0, p))
+            if not r:
+                continue
+            xs.append(i + (j - 1) * width)
+            ys.append(median(r['steps']))
+            lo.append(ys[-1] - min(r['steps']))
+            hi.append(max(r['steps']) - ys[-1])
+        if xs:
+            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=LABEL[m])
+    ax.set_xticks(range(len(PRESSURES)))
+    ax.set_xticklabels(['no pressure', 'microbursts', 'netem loss'])
+    ax.set_ylabel('step time (s), median; bars: min-max')
+    ax.set_title('Bounded loss and Slim-DP under pressure, 2 ranks (TCG VM)')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
 
 
 def plot(runs, png):
@@ -70,7 +152,7 @@ def plot(runs, png):
     for j, bulk in enumerate((0, 1)):
         xs, ys, errs = [], [], []
         for i, m in enumerate(MODES):
-            r = runs.get((m, bulk))
+            r = runs.get((m, bulk, 'none'))
             if not r:
                 continue
             xs.append(i + (j - 0.5) * width)
@@ -79,8 +161,8 @@ def plot(runs, png):
         ax.bar(xs, ys, width, label='with upload' if bulk else 'alone',
                yerr=[[e[0][0] for e in errs], [e[1][0] for e in errs]],
                capsize=3)
-    if ('compute', 0) in runs:
-        ax.axhline(median(runs[('compute', 0)]['steps']), ls='--', c='grey',
+    if ('compute', 0, 'none') in runs:
+        ax.axhline(median(runs[('compute', 0, 'none')]['steps']), ls='--', c='grey',
                    label='compute alone')
     ax.set_xticks(range(len(MODES)))
     ax.set_xticklabels([LABEL[m] for m in MODES])
@@ -97,9 +179,13 @@ def main():
     ap.add_argument('--png')
     args = ap.parse_args()
     runs = load(args.results)
-    print(table(runs))
+    if any(k[0] in ('fifo', 'p3user', 'compute') for k in runs):
+        print(table(runs) + '\n')
+    pressured = any(k[0] in NEW[1:] or k[2] != 'none' for k in runs)
+    if pressured:
+        print(pressure_table(runs))
     if args.png:
-        plot(runs, args.png)
+        (plot_pressure if pressured else plot)(runs, args.png)
 
 
 if __name__ == '__main__':

@@ -106,18 +106,30 @@ def broadcast_parameters(state, root_rank=0):
 _warned = []
 
 
-def _warn_if_no_qdisc():
+def _warn_if_no_qdisc(tolerant=None):
     """Say once when no interface has a p3 qdisc: order then comes from
-    libp3's in-band heap alone, and less urgent bulk shares the NIC."""
+    libp3's in-band heap alone, and less urgent bulk shares the NIC.  With
+    tolerant = (first, last) datagram levels, say too if the p3 qdisc
+    found gives them no loss-tolerant bands."""
     if _warned:
         return
     _warned.append(True)
     for _, name in socket.if_nameindex():
         try:
-            p3.qdisc_stats(name)
-            return
+            st = p3.qdisc_stats(name)
         except p3.Error:
             continue
+        if tolerant and not all(
+                b < len(st['bands']) and st['bands'][b]['deadline_us']
+                for b in range(tolerant[0], tolerant[1] + 1)):
+            warnings.warn(
+                'p3.torch: loss_tolerance: the p3 qdisc on %s has no '
+                'deadline on bands %d..%d, where the datagrams go; they '
+                'wait like reliable packets (tc class change dev %s '
+                'classid H:K p3 deadline 5ms, docs/torch.md)'
+                % (name, tolerant[0], tolerant[1], name), RuntimeWarning,
+                stacklevel=3)
+        return
     warnings.warn('p3.torch: no network interface has the p3 qdisc; '
                   'the kernel is not enforcing P3 order (tc qdisc add dev '
                   'DEV root p3)', RuntimeWarning, stacklevel=3)
@@ -263,7 +275,7 @@ class DistributedOptimizer:
                         (m, m.register_forward_pre_hook(self._make_pre_hook(own))))
         st['optimizers'].add(self)
         if schedule == 'p3':        # fifo asks nothing of the kernel
-            _warn_if_no_qdisc()
+            _warn_if_no_qdisc((nbands, 2 * nbands - 1) if lossy else None)
 
     def _make_hook(self, i):
         def hook(*_):
