@@ -107,34 +107,14 @@ rejects_class() {
 	check "$desc" $?
 }
 
-# class_sends DESC EXPECT OPTIONS...: the class request tc sends, printed
-# back, ends in EXPECT ("" for a reliable band, which prints nothing).
-class_sends() {
-	desc=$1 want=$2
-	shift 2
-	if [ "$P3_TEST_NETNS" = none ]; then
-		skip "$desc" "no private network namespace"
-		return
-	fi
+# sent_by RUN OPTIONS...: RUN (p3, or p3class for a class's options)
+# gets past parsing (exit 0 with p3 in the kernel, 2 with an extack
+# error from a kernel without it) and the request goes to $tmp/cap.
+sent_by() {
+	run=$1
+	shift
 	rm -f "$tmp/cap"
-	P3_CAPTURE="$tmp/cap" LD_PRELOAD="$dir/test-shim.so" p3class "$@"
-	rc=$?
-	{ [ $rc = 0 ] || [ $rc = 2 ]; } && [ -s "$tmp/cap" ] &&
-		! grep -q -e '^p3: ' -e '^Usage' "$tmp/err" &&
-		got=$($TC monitor file "$tmp/cap" 2>>"$tmp/err" |
-		      sed -n 's/^class p3 1:2 dev lo parent none \(.*\)$/<\1>/p') &&
-		[ "$got" = "<$want>" ]
-	rc=$?
-	[ $rc = 0 ] || echo "got '$got', want '<$want>'" >>"$tmp/err"
-	check "$desc" $rc
-}
-
-# sent OPTIONS...: tc gets past parsing (exit 0 with p3 in the kernel,
-# 2 with an extack error from a kernel without it) and the request goes
-# to $tmp/cap.
-sent() {
-	rm -f "$tmp/cap"
-	P3_CAPTURE="$tmp/cap" LD_PRELOAD="$dir/test-shim.so" p3 "$@"
+	P3_CAPTURE="$tmp/cap" LD_PRELOAD="$dir/test-shim.so" $run "$@"
 	rc=$?
 	nsent=$((nsent + 1))
 	[ $rc = 0 ] && ntaken=$((ntaken + 1))
@@ -142,22 +122,41 @@ sent() {
 		! grep -q -e '^p3: ' -e '^Usage' "$tmp/err"
 }
 
-# accepts DESC EXPECT OPTIONS...: as sent, and the request printed back
-# shows exactly the options EXPECT.
-accepts() {
-	desc=$1 want=$2
-	shift 2
+sent() {
+	sent_by p3 "$@"
+}
+
+# shown_back DESC EXPECT PREFIX RUN OPTIONS...: as sent_by, and the
+# request printed back shows exactly EXPECT after PREFIX.
+shown_back() {
+	desc=$1 want=$2 prefix=$3 run=$4
+	shift 4
 	if [ "$P3_TEST_NETNS" = none ]; then
 		skip "$desc" "no private network namespace"
 		return
 	fi
-	sent "$@" &&
+	sent_by "$run" "$@" &&
 		got=$($TC monitor file "$tmp/cap" 2>>"$tmp/err" |
-		      sed -n 's/^replaced qdisc p3 0: dev lo root refcnt 0 \(.*\)$/<\1>/p') &&
+		      sed -n "s/^$prefix\(.*\)\$/<\1>/p") &&
 		[ "$got" = "<$want>" ]
 	rc=$?
 	[ $rc = 0 ] || echo "got '$got', want '<$want>'" >>"$tmp/err"
 	check "$desc" $rc
+}
+
+# accepts DESC EXPECT OPTIONS...: the qdisc's options EXPECT, exactly.
+accepts() {
+	desc=$1 want=$2
+	shift 2
+	shown_back "$desc" "$want" 'replaced qdisc p3 0: dev lo root refcnt 0 ' p3 "$@"
+}
+
+# class_sends DESC EXPECT OPTIONS...: the class's options EXPECT ("" for
+# a reliable band, which prints nothing).
+class_sends() {
+	desc=$1 want=$2
+	shift 2
+	shown_back "$desc" "$want" 'class p3 1:2 dev lo parent none ' p3class "$@"
 }
 
 # shows DESC VARIANT REGEX...: tc -s prints a test-mkmsg message with
