@@ -179,6 +179,19 @@ def refuses(cases, label):
            '%s: %s raises ValueError naming %s: %s' % (label, kw, word, got))
 
 
+def run_script(parts, worker):
+    """A test script's entry: with --worker KWARGS OUT, one rank
+    (worker(KWARGS, OUT)); else each of parts in turn, then the TAP
+    plan.  Returns the exit status."""
+    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
+        worker(sys.argv[2], sys.argv[3])
+        return 0
+    for part in parts:
+        part()
+    print('1..%d' % n)
+    return 1 if failed else 0
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))

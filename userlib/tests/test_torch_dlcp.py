@@ -155,16 +155,5 @@ def jobs():
        % (np.mean(losses[:6]), np.mean(losses[-6:])))
 
 
-def main():
-    bad_arguments()
-    bitmap()
-    jobs()
-    print('1..%d' % tt.n)
-    return 1 if tt.failed else 0
-
-
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
-        worker(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(main())
+    sys.exit(tt.run_script([bad_arguments, bitmap, jobs], worker))

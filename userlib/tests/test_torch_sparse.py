@@ -257,18 +257,5 @@ def accuracy():
        % (epochs, acc, acc2, per_it[-1] if per_it else ''))
 
 
-def main():
-    bad_arguments()
-    codec()
-    choice()
-    jobs()
-    accuracy()
-    print('1..%d' % tt.n)
-    return 1 if tt.failed else 0
-
-
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == '--worker':
-        worker(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(main())
+    sys.exit(tt.run_script([bad_arguments, codec, choice, jobs, accuracy], worker))
