@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 #define P3_VERSION_MAJOR	1
-#define P3_VERSION_MINOR	0
+#define P3_VERSION_MINOR	1
 
 #define P3_MAX_BANDS		64
 
