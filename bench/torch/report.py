@@ -92,7 +92,15 @@ def counters(r):
 
 
 def pressure_table(runs):
-    lines = ['| pressure | mode | step median (s) | step max = p99 (s) | '
+    any_run = next(iter(runs.values()))
+    d = next((r for r in runs.values() if r['mode'] == 'p3dlcp'), None)
+    lines = ['%d Mbit/s; %s%s' % (
+        any_run['mbit'], 'bounded loss: loss_tolerance %g, deadline %g s, '
+        'qdisc deadline %g s; ' % (d['loss_tolerance'], d['deadline'],
+                                   d['qdeadline']) if d else '',
+        'untagged traffic in a band of its own' if any_run.get('spare_band')
+        else 'untagged traffic in the least urgent band'), '',
+             '| pressure | mode | step median (s) | step max = p99 (s) | '
              'median / P3 | max / P3 | bytes / iteration | of P3 | '
              'bytes_lost | rerequests | drops_deadline | netem drops |',
              '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
@@ -113,6 +121,10 @@ def pressure_table(runs):
                              rel[0], rel[1], 100 * rel[2],
                              c['bytes_lost'], c['rerequests'],
                              c['drops_deadline'], c['netem_loss']))
+    alone = ['%s %.2f s' % (p, median(runs[('compute', 0, p)]['steps']))
+             for p in PRESSURES if ('compute', 0, p) in runs]
+    if alone:   # what the pressure costs the CPU, without any exchange
+        lines.append('\ncompute alone (median step): ' + ', '.join(alone))
     return '\n'.join(lines)
 
 
@@ -134,10 +146,14 @@ def plot_pressure(runs, png):
             hi.append(max(r['steps']) - ys[-1])
         if xs:
             ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=LABEL[m])
+    if ('compute', 0, 'none') in runs:
+        ax.axhline(median(runs[('compute', 0, 'none')]['steps']), ls='--',
+                   c='grey', label='compute alone')
     ax.set_xticks(range(len(PRESSURES)))
     ax.set_xticklabels(['no pressure', 'microbursts', 'netem loss'])
     ax.set_ylabel('step time (s), median; bars: min-max')
     ax.set_title('Bounded loss and Slim-DP under pressure, 2 ranks (TCG VM)')
+    ax.set_ylim(top=1.3 * ax.get_ylim()[1])     # room for the legend
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
@@ -179,9 +195,9 @@ def main():
     ap.add_argument('--png')
     args = ap.parse_args()
     runs = load(args.results)
-    if any(k[0] in ('fifo', 'p3user', 'compute') for k in runs):
-        print(table(runs) + '\n')
     pressured = any(k[0] in NEW[1:] or k[2] != 'none' for k in runs)
+    if not pressured or any(k[0] in ('fifo', 'p3user') for k in runs):
+        print(table(runs) + '\n')
     if pressured:
         print(pressure_table(runs))
     if args.png:

@@ -6,6 +6,10 @@
 # upload.  Prints the table, writes build/bench-torch/{results.jsonl,
 # torch.png}.  Worker options pass through, e.g.:
 #   bench/torch/run.sh --mbit 100 --batch 16 --iters 8
+# or, bounded loss and Slim-DP beside microbursts and under netem loss
+# (docs/benchmarks.md, "DLCP and Slim-DP under pressure"):
+#   bench/torch/run.sh --mbit 10 --iters 6 --warmup 1 --bulk 0 \
+#       --modes compute,p3kernel,p3dlcp,slimdp --pressure none,burst,loss
 # P3_KERNEL picks the VM's kernel (default 6.12).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)

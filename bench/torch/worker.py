@@ -12,7 +12,9 @@ each rank for its own host):
             the datagrams ride levels 8..15, so the qdisc has 16 bands and
             bands 8..15 (classes 1:9..1:16) a deadline (--qdeadline)
   slimdp    p3kernel with sparsify='slimdp' (keep 0.1, explore 0.02)
-  compute   no exchange at all: forward, backward and SGD alone
+  compute   no exchange at all: forward, backward and SGD alone; under
+            burst its egress is p3kernel's, so the bursts cost the
+            (emulated) CPU what they cost beside training
 With --bulk, each rank also uploads to the other over one untagged TCP
 connection for the whole run (p3's default band is its least urgent).
 --pressure adds, per run, one of:
@@ -21,6 +23,8 @@ connection for the whole run (p3's default band is its least urgent).
             --burst-pkts packets, enough to fill the qdisc, to the peer's
             discard sink; untagged (the default band) or at --burst-level
   loss      netem loss --loss % as the root, the mode's shaper under it
+--spare-band gives the p3 qdisc one band more than the job uses, so that
+untagged traffic (the bursts) has the least urgent band to itself.
 
 Rank 0 appends one JSON line per run to --out: every timed step's length,
 how much of its forward pass overlapped the previous step's exchange, and
@@ -66,13 +70,16 @@ def shape(mode, pressure, args):
     if pressure == 'loss':
         cmds = 'qdisc add dev eth0 root handle 1: netem loss %g%%\n' % args.loss
         at, h, sub = 'parent 1:1', '10', '20'
-    if mode in P3_QDISC:
+    if mode in P3_QDISC or mode == 'compute':
         # Every other option at its default (tag dscp), as a user's first
         # `tc qdisc add` would leave it.
         bands = 2 * BANDS if mode == 'p3dlcp' else BANDS
+        # Untagged traffic goes to the least urgent band; --spare-band
+        # gives it one of its own instead of the job's least urgent level.
+        bands += args.spare_band
         cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dmbit '
                  'bands %d\n' % (at, h, QLIMIT, args.mbit, bands))
-        for k in range(BANDS + 1, bands + 1):      # tc's minors are hex
+        for k in range(BANDS + 1, bands + 1 - args.spare_band):  # hex minors
             cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
                      % (h, k, round(args.qdeadline * 1e6)))
     else:
@@ -93,6 +100,14 @@ def qdisc_drops():
         for k in ('drops_deadline', 'drops_tolerant', 'drops_limit'):
             if k in x or k in q:
                 d[k] = x.get(k, q.get(k))
+        if d['kind'] == 'p3':
+            # Per band (this tc prints classes in text only): whose link
+            # time the bursts took, and where the drops were.
+            try:
+                d['bands'] = p3.qdisc_stats(
+                    'eth0', parent=q.get('parent', 'root'))['bands']
+            except (p3.Error, ValueError) as e:
+                d['bands'] = str(e)
         res.append(d)
     return res
 
@@ -190,7 +205,7 @@ def sink():
 
 def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     rank = p3t.rank()
-    shaped = mode != 'compute' and not args.no_shape
+    shaped = (mode != 'compute' or pressure == 'burst') and not args.no_shape
     if shaped:
         shape(mode, pressure, args)
     # Every mode starts from rank 0's parameters ('compute' trains alone).
@@ -254,6 +269,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
+            'spare_band': args.spare_band,
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
             'params_equal': same, 'ranks': every,
@@ -285,6 +301,8 @@ def main():
                     help='mean seconds between bursts')
     ap.add_argument('--burst-level', type=int, default=-1,
                     help='p3 level of the bursts; -1: untagged')
+    ap.add_argument('--spare-band', action='store_true',
+                    help='one more qdisc band, for untagged traffic alone')
     ap.add_argument('--loss-tolerance', type=float, default=0.01)
     ap.add_argument('--deadline', type=float, default=0.005,
                     help="p3dlcp: p3.torch's deadline (s)")
@@ -318,7 +336,7 @@ def main():
     for mode in args.modes.split(','):
         for bulk in (int(b) for b in args.bulk.split(',')):
             for pressure in args.pressure.split(','):
-                if mode == 'compute' and (bulk or pressure != 'none'):
+                if mode == 'compute' and (bulk or pressure == 'loss'):
                     continue
                 r = run_mode(mode, bulk, pressure, args, model, x, y,
                              args.peer)
