@@ -493,8 +493,9 @@ void p3_chan_close(struct p3_chan *c);
  * "LOSS-TOLERANT BANDS").  A tensor travels in chunks of opts.chunk
  * payload bytes, each at an offset that is a multiple of it.  The
  * receiver keeps a bitmap of the chunks it holds and completes a tensor
- * when every chunk is in, or when its deadline passes (counted from its
- * first datagram) or the caller finishes it: missing chunks are then
+ * when every chunk is in, or when no datagram of it came for its
+ * deadline (counted from its latest datagram, or from
+ * p3_dgram_finish()), or the caller finishes it: missing chunks are then
  * zero-filled, the completion says how many bytes were missing, and
  * p3_dgram_missing() says where, for the caller to fetch them reliably.
  * A datagram is checked whole before a byte is written: one that names
@@ -549,18 +550,20 @@ int p3_dgram_send(struct p3_dgram *d, unsigned int level, uint64_t iter, uint32_
 
 /*
  * Receiver: buf (size bytes) is where tensor's bytes of iteration iter
- * go; deadline_ns after its first datagram it completes, complete or not
- * (0: only when whole, or by p3_dgram_finish()).  -EBUSY if the tensor is
+ * go; once deadline_ns pass without a datagram of it (after its first
+ * one, or after p3_dgram_finish()) it completes, complete or not (0:
+ * only when whole, or by p3_dgram_finish()).  A datagram restarts the
+ * wait, so a slow link still delivers a large tensor whole.  -EBUSY if the tensor is
  * registered and incomplete, -P3_ESTALE if iter is older than the one
  * registered before.  Datagrams that waited for it are stored now.
  */
 int p3_dgram_expect(struct p3_dgram *d, uint32_t tensor, void *buf, uint64_t size,
 		    uint64_t iter, uint64_t deadline_ns);
 
-/* Receiver: complete tensor after_ns from now (0: at once), zero-filling
- * what is missing then, unless it is complete before or its deadline
- * comes first: for a tensor of which no datagram may ever come, once the
- * caller knows its datagrams were sent.  -ENOENT if it is not
+/* Receiver: complete tensor at once (after_ns 0), zero-filling what is
+ * missing; or wait for its datagrams at most after_ns from now, and
+ * longer only while they keep coming: for a tensor of which none may
+ * ever come, once the caller knows they were sent.  -ENOENT if it is not
  * registered, 0 if it was complete already. */
 int p3_dgram_finish(struct p3_dgram *d, uint32_t tensor, uint64_t after_ns);
 

@@ -23,7 +23,7 @@ struct dg_tensor {
 	uint64_t	iter;
 	uint8_t		*buf;
 	uint64_t	size;
-	uint64_t	deadline_ns;	/* after the first datagram; 0 none */
+	uint64_t	deadline_ns;	/* the longest wait for a next datagram */
 	uint64_t	due_ns;		/* completes then if not before; 0 none */
 	uint64_t	t_first_ns;
 	uint64_t	got;		/* bytes stored */
@@ -214,6 +214,13 @@ static int complete(struct p3_dgram_rx *rx, struct dg_tensor *t, uint64_t now)
 
 /* -------------------------------------------------------------- storing */
 
+/* The tensor completes at @due, or later if it was to complete later. */
+static void wait_until(struct dg_tensor *t, uint64_t due)
+{
+	if (due > t->due_ns)
+		t->due_ns = due;
+}
+
 static int store(struct p3_dgram_rx *rx, struct dg_tensor *t, const struct p3_frame *f,
 		 uint64_t now)
 {
@@ -237,11 +244,13 @@ static int store(struct p3_dgram_rx *rx, struct dg_tensor *t, const struct p3_fr
 	t->have[k / 64] |= 1ull << (k % 64);
 	t->got += f->length;
 	rx->st->stored++;
-	if (!t->t_first_ns) {
+	if (!t->t_first_ns)
 		t->t_first_ns = now;
-		if (t->deadline_ns && (!t->due_ns || now + t->deadline_ns < t->due_ns))
-			t->due_ns = now + t->deadline_ns;
-	}
+	/* Every datagram restarts the wait: a slow link still delivers the
+	 * rest, and only a silence of deadline_ns means they were lost.
+	 */
+	if (t->deadline_ns)
+		wait_until(t, now + t->deadline_ns);
 	if (t->got == t->size)
 		return complete(rx, t, now);
 	return 0;
@@ -391,8 +400,7 @@ int p3_dgram_rx_finish(struct p3_dgram_rx *rx, uint32_t tensor, uint64_t after_n
 		return 0;
 	if (!after_ns)
 		return complete(rx, t, now);
-	if (!t->due_ns || now + after_ns < t->due_ns)
-		t->due_ns = now + after_ns;
+	wait_until(t, now + after_ns);
 	return 0;
 }
 

@@ -112,6 +112,35 @@ static void test_deadline(void)
 	close_pair();
 }
 
+/* Datagrams that keep coming, slower than the deadline but each within
+ * it, are all waited for: the deadline counts from the latest one. */
+static void test_idle(void)
+{
+	static uint8_t src[4 * CHUNK], dst[4 * CHUNK];
+	struct p3_dgram_completion c;
+	uint64_t t_last = 0;
+	int k, got;
+
+	open_pair();
+	fill_pattern(src, sizeof(src), 3, 1);
+	ok(p3_dgram_expect(rx, 3, dst, sizeof(dst), 1, 40000000) == 0,
+	   "idle: registered, 40 ms without a datagram completes it");
+	for (k = 0; k < 3; k++) {
+		if (k)
+			usleep(25000);
+		p3_dgram_send(tx, 0, 1, 3, (uint64_t)k * CHUNK, src + k * CHUNK, CHUNK, 1000);
+		t_last = p3_now_ns();
+		p3_dgram_poll(rx, 0);
+	}
+	memset(&c, 0, sizeof(c));
+	got = next_completion(&c);
+	ok(got && c.missing == CHUNK && c.t_done_ns - t_last >= 40000000 &&
+	   !memcmp(dst, src, 3 * CHUNK),
+	   "idle: chunks 25 ms apart all stored; completed %.1f ms after the last, "
+	   "only the unsent chunk missing", (c.t_done_ns - t_last) / 1e6);
+	close_pair();
+}
+
 static void test_finish(void)
 {
 	static uint8_t dst[3000];
@@ -292,6 +321,7 @@ int main(void)
 {
 	test_whole();
 	test_deadline();
+	test_idle();
 	test_finish();
 	test_early_dup_stale();
 	test_hostile();

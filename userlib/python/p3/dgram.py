@@ -10,8 +10,9 @@ transport (docs/libp3.md, "Datagrams").
         if c.missing:
             ranges = rx.missing(c.tensor)           # fetch them reliably
 
-A tensor completes when every chunk is in, or at its deadline (counted
-from its first datagram) or finish(), with what is missing zero-filled.
+A tensor completes when every chunk is in, or once `deadline` passes
+without a datagram of it (after its latest one, or after finish()), with
+what is missing zero-filled.
 Each object belongs to one thread at a time.
 """
 import collections
@@ -149,8 +150,9 @@ class Receiver(_Endpoint):
         return _check(_fd(self._handle()))
 
     def expect(self, tensor, buf, iter, deadline=None):
-        """buf (writable, kept alive here) receives tensor at iter;
-        deadline seconds after its first datagram it completes anyway."""
+        """buf (writable, kept alive here) receives tensor at iter; once
+        deadline seconds pass without a datagram of it, it completes
+        anyway."""
         b = _Buf(buf, writable=True)
         ns = 0 if deadline is None else max(1, int(deadline * 1e9))
         _check(_expect(self._handle(), tensor, b.ptr, b.nbytes, iter, ns),
@@ -158,7 +160,8 @@ class Receiver(_Endpoint):
         self._bufs[tensor] = b
 
     def finish(self, tensor, after=0.0):
-        """Complete tensor after this many seconds, unless it is before."""
+        """Complete tensor now (after=0), or wait for its datagrams at
+        most after seconds from now, longer only while they keep coming."""
         _check(_finish(self._handle(), tensor, int(after * 1e9)), 'dgram finish')
 
     def poll(self, timeout=None):

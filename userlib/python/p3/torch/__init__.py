@@ -203,9 +203,9 @@ class DistributedOptimizer:
     each slice as datagrams on level L + bands (give those bands a
     deadline in the qdisc), plus its largest elements, the fraction
     reliable_fraction (default 0.01), over the reliable channel.  A
-    slice's datagrams complete deadline seconds (default 0.005) after
-    the first of them or after its reliable part; above loss_tolerance of
-    its bytes missing, the missing chunks are fetched again, reliably."""
+    slice's datagrams complete once none came for deadline seconds
+    (default 0.005); above loss_tolerance of its bytes missing, the
+    missing chunks are fetched again, reliably."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=8,
                  slice_bytes=None, timeout=None, max_queued=None,

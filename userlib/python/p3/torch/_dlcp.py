@@ -10,9 +10,10 @@ A rank pushes each slice to its owner in two parts:
 - its largest-magnitude elements (a fraction, at least one) over the
   reliable channel, in _sparse.py's form, after the datagrams.
 
-The owner completes the datagram part when it is whole, or `deadline`
-seconds after its first datagram or after the reliable part arrived,
-whichever is first, with the missing chunks zero-filled; the reliable
+The owner completes the datagram part when it is whole, or once no
+datagram of it came for `deadline` seconds (twice that after the
+reliable part, if none had come by then), with the missing chunks
+zero-filled; the reliable
 part's elements then overwrite theirs, so the largest ones are never
 lost.  If more than `loss_tolerance` of the slice's bytes are missing,
 the owner asks the pusher for exactly the missing chunks over the
@@ -181,11 +182,13 @@ class BoundedLoss:
                                deadline=self.deadline)
 
     def on_reliable(self, q, s):
-        """The reliable part is in: the datagrams were sent before it, so
-        what has not come by `deadline` from now is lost.  Returns True
-        once the push is whole."""
+        """The reliable part is in, so the datagrams were sent.  It
+        travels in a more urgent band and may overtake them, and they may
+        wait up to the qdisc's deadline behind it: if none has come, wait
+        twice the deadline for them (each one that comes waits longer).
+        Returns True once the push is whole."""
         self.state[(q, s)]['reliable'] = True
-        self.mesh.dg_rx.finish(q * self.ns + s, after=self.deadline)
+        self.mesh.dg_rx.finish(q * self.ns + s, after=2 * self.deadline)
         return self._whole(q, s)
 
     def on_datagrams(self, c, it, timeout):
