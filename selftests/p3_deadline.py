@@ -172,8 +172,10 @@ def test_tolerant_first(chk):
          (5, 4, 11), (8, 6), 8),
         ("urgent pushes out the rest of tolerant", "urgent", 4, 1, 0,
          (9, 0, 11), (12, 6), 12),
-        ("with no tolerant left, tolerant pushes out less urgent bulk",
-         "tol2", 2, 5, 0, (9, 2, 9), (12, 8), 12),
+        # The first pushes out bulk; the second finds the first, and
+        # takes it, being tolerant, before bulk.
+        ("with no tolerant left, tolerant pushes out less urgent bulk, then "
+         "its own", "tol2", 2, 5, 0, (9, 1, 10), (13, 7), 13),
     ]
     try:
         for what, name, count, prio, errs, qlens, drops, tolerant in steps:
