@@ -896,19 +896,19 @@ static struct p3_flow *p3_next_flow(struct Qdisc *sch)
 		dropped++;
 		flow = NULL;
 	}
-	if (!dropped)
-		goto out;
-	/* At once, even when they emptied this qdisc: the parents'
-	 * qlen_notify is idempotent (since 6.1.139 and 6.12.29), and a DRR,
-	 * ETS or HFSC parent told nothing would keep serving an empty class.
-	 */
-	qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
-	/* The parent got nothing from this call: a new run serves its other
-	 * classes, or the rest of a batch that ran out.
-	 */
-	if (!flow)
-		qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
-out:
+	if (dropped) {
+		/* At once, even when they emptied this qdisc: the parents'
+		 * qlen_notify is idempotent (since 6.1.139 and 6.12.29), and
+		 * a DRR, ETS or HFSC parent told nothing would keep serving
+		 * an empty class.
+		 */
+		qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
+		/* The parent got nothing from this call: a new run serves its
+		 * other classes, or the rest of a batch that ran out.
+		 */
+		if (!flow)
+			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
+	}
 	if (!flow)
 		return NULL;
 	return p3_pacer_allows(q, qdisc_pkt_len(flow->head)) ? flow : NULL;
