@@ -85,13 +85,14 @@ fi
 # unless that much time (and a fifth more) is left. The estimate is scaled
 # by how much longer than estimated the suites before it took: CI machines
 # have run the debug kernel nearly twice as slowly as this one.
-spent=0 planned=0
+spent=0 planned=0 ran=()
 suite() {
 	local name=$1 est=$2 need=$2 rc timeout=14400 left t0
 	shift 2
 	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
 		return
 	fi
+	ran+=("$name.tap")
 	[ $spent -le $planned ] || need=$((need * spent / planned))
 	if [ -n "$deadline" ]; then
 		left=$((deadline - $(date +%s)))
@@ -158,17 +159,19 @@ fi
 # most of the guest's CPU, and the fuzzer crawls.
 suite nlfuzz "${seconds[0]}" python3 selftests/p3_nlfuzz.py "${nlfuzz[@]}" \
 	--link 2mbit --prefix "debug: "
-suite churn "${seconds[1]}" python3 selftests/p3_churn.py --prefix "debug: " "${churn[@]}"
+# A graft waits out RCU grace periods, which this kernel under TCG beside
+# another guest stretches: a CI run saw the urgent probe stop for over a
+# second with nothing wrong in sch_p3 (this machine's worst was 887 ms).
+suite churn "${seconds[1]}" python3 selftests/p3_churn.py --prefix "debug: " \
+	--max-gap 3 "${churn[@]}"
 suite faults "${seconds[2]}" python3 selftests/p3_faults.py --prefix "debug: " "${faults[@]}"
 # tdc's commands take seconds each on this kernel: room for them.
 suite tdc "${seconds[3]}" python3 selftests/tdc.py --cmd-timeout 180 \
 	-f selftests/tc-tests/*.json
 suite vm "${seconds[4]}" selftests/run-vm-tests.sh debug "${vm[@]}"
 
-passed=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -vc '# SKIP')
-skipped=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -c '# SKIP')
-failed=$(cat "$out"/*.tap | grep -cE '^not ok\b')
-echo
-grep -hE '^not ok\b' "$out"/*.tap | sed 's/^/FAILED: /'
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+# The summary adds up every part run so far (see --only); the exit
+# status is this run's own, so that a part that failed earlier is not
+# counted again as this one's failure.
+scripts/tap-summary.sh "$out"/*.tap
+[ ${#ran[@]} -eq 0 ] || scripts/tap-summary.sh "${ran[@]/#/$out/}" >/dev/null

@@ -79,10 +79,4 @@ if [ -n "$early" ]; then
 	fi
 fi
 
-passed=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -vc '# SKIP')
-skipped=$(cat "$out"/*.tap | grep -E '^ok\b' | grep -c '# SKIP')
-failed=$(cat "$out"/*.tap | grep -cE '^not ok\b')
-echo
-grep -hE '^not ok\b' "$out"/*.tap | sed 's/^/FAILED: /'
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+scripts/tap-summary.sh "$out"/*.tap

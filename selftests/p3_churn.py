@@ -19,13 +19,14 @@ every datagram's arrival the receiver timestamps). Meanwhile:
            back (xstats `flows`, the p3_flow slab after a shrink).
 
 Checks, in numbers: the kernel logs no report; the probe never stops for
-more than a second around any batch of changes or any reload (the gap
+more than a second (--max-gap; the debug kernel's pass allows 3) around
+any batch of changes or any reload (the gap
 between two arrivals, measured at the receiver); after the flows, xstats
 counts no flow and the p3_flow slab is back at its baseline; on a debug
 kernel, kmemleak finds nothing that points at sch_p3 or the qdisc layer.
 
   selftests/vm-run -- selftests/p3_churn.py [--cycles N] [--reloads N]
-      [--flows N] [--socket-flows N] [--prefix P]
+      [--flows N] [--socket-flows N] [--max-gap SECONDS] [--prefix P]
 
 The defaults are the CI-sized run of `make check` (stock kernels, and the
 debug kernel's --quick pass); `make check-debug` runs --cycles 1000
@@ -49,7 +50,12 @@ from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
 
 PROBE_PORT = 5301
 PROBE_PPS = 200
-# A change may hold traffic up this long, no longer.
+# A change may hold traffic up this long, no longer (--max-gap). The
+# debug kernel asks for more: there, grafting a qdisc waits out RCU grace
+# periods under KASAN and lockdep in an emulator that shares its core
+# with another guest, and such a wait reached 887 ms with nothing wrong
+# in sch_p3. The stall this check is for, a pacer or watchdog left
+# pointing seconds ahead, lasts far longer than either bound.
 MAX_GAP = 1.0
 
 
@@ -57,7 +63,8 @@ class Probe:
     """An urgent UDP flow from the sender host to the receiver host; the
     receiver records the CLOCK_MONOTONIC arrival time of every datagram."""
 
-    def __init__(self, pps=PROBE_PPS, tag=1):
+    def __init__(self, max_gap, pps=PROBE_PPS, tag=1):
+        self.window = max_gap
         with in_netns(RCV):
             self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             self.rx.bind(("0.0.0.0", PROBE_PORT))
@@ -103,17 +110,18 @@ class Probe:
             self.arrivals.append(time.monotonic())
 
     def max_gap(self, t0, t1):
-        """Longest time without an arrival in [t0, t1 + MAX_GAP], counting
+        """Longest time without an arrival in [t0, t1 + window], counting
         from the last arrival before t0."""
         a = self.arrivals
+        end = t1 + self.window
         i = max(0, bisect.bisect_left(a, t0) - 1)
-        j = bisect.bisect_right(a, t1 + MAX_GAP)
+        j = bisect.bisect_right(a, end)
         pts = a[i:j]
         if not pts:
-            return t1 + MAX_GAP - t0
+            return end - t0
         gaps = [y - x for x, y in zip(pts, pts[1:])]
         # Still silent at the end of the window?
-        gaps.append(min(t1 + MAX_GAP, time.monotonic()) - pts[-1])
+        gaps.append(min(end, time.monotonic()) - pts[-1])
         return max(gaps)
 
     def close(self):
@@ -215,7 +223,7 @@ def test_cycles(args, chk, probe):
             worst, worst_at = gap, done
         done += n
     # The last window must have closed before its gap can be judged.
-    time.sleep(MAX_GAP)
+    time.sleep(args.max_gap)
     gap = probe.max_gap(t1, t1)
     worst = max(worst, gap)
     took = time.monotonic() - t_all
@@ -223,8 +231,8 @@ def test_cycles(args, chk, probe):
              f", batches of {per}; longest "
              f"probe gap {worst * 1e3:.0f} ms (batch at cycle {worst_at})")
     chk.expect(failed == 0, f"{failed} batches had failing commands: {errs}")
-    chk.expect(worst <= MAX_GAP,
-               f"the probe stopped for {worst:.2f} s (> {MAX_GAP} s)")
+    chk.expect(worst <= args.max_gap,
+               f"the probe stopped for {worst:.2f} s (> {args.max_gap} s)")
     return took
 
 
@@ -249,7 +257,7 @@ def test_reloads(args, chk, probe):
         g = probe.max_gap(t0, t1)
         gaps.append(g)
         worst = max(worst, g)
-    time.sleep(MAX_GAP)
+    time.sleep(args.max_gap)
     worst = max(worst, probe.max_gap(t1, t1))
     took = time.monotonic() - t_all
     gaps.sort()
@@ -257,8 +265,8 @@ def test_reloads(args, chk, probe):
              f"gap median {gaps[len(gaps) // 2] * 1e3:.0f} ms, "
              f"max {worst * 1e3:.0f} ms" if gaps else "no reloads")
     chk.expect(not fails, f"{len(fails)} cycles failed: {fails[:3]}")
-    chk.expect(worst <= MAX_GAP,
-               f"the probe stopped for {worst:.2f} s (> {MAX_GAP} s)")
+    chk.expect(worst <= args.max_gap,
+               f"the probe stopped for {worst:.2f} s (> {args.max_gap} s)")
     return took
 
 
@@ -361,6 +369,9 @@ def main():
                     help="forwarded short flows")
     ap.add_argument("--socket-flows", type=int, default=200,
                     help="local short flows, a socket each")
+    ap.add_argument("--max-gap", type=float, default=MAX_GAP,
+                    help="seconds the urgent probe may stop for "
+                    f"(default {MAX_GAP})")
     ap.add_argument("--prefix", default="")
     args = ap.parse_args()
     tap = Tap(args.prefix)
@@ -384,7 +395,7 @@ def main():
              "--pps", "100", "--tags", "prio:2,prio:7", "--switch-every",
              "3", "--group", "2"], wait=False),
     ]
-    probe = Probe()
+    probe = Probe(args.max_gap)
     time.sleep(1.0)
     tests = [("cycles", lambda c: test_cycles(args, c, probe)),
              ("reloads", lambda c: test_reloads(args, c, probe)),
