@@ -99,7 +99,8 @@ struct p3_flow {
 	/* On bands[band].flows if qlen, else on the idle list. */
 	struct list_head	band_node;
 	struct hlist_node	hash_node;
-	struct hlist_node	size_node;	/* on by_size[size_slot] if qlen */
+	/* On by_size[size_slot] if qlen; may stay there when it empties. */
+	struct hlist_node	size_node;
 	unsigned long		key;
 	unsigned long		idle_since;	/* jiffies, valid if !qlen */
 	u32			qlen;
@@ -216,11 +217,23 @@ static bool p3_expired(const struct p3_sched_data *q,
 /* Classification                                                      */
 /* ------------------------------------------------------------------ */
 
+/* The protocol inside VLAN tags.  Out of line: it reads the tags into a
+ * buffer on the stack, which would put the stack protector's canary on
+ * every packet's enqueue.
+ */
+static noinline __be16 p3_vlan_protocol(struct sk_buff *skb)
+{
+	return vlan_get_protocol(skb);
+}
+
 static u32 p3_dscp(struct sk_buff *skb)
 {
 	int nhoff = skb_network_offset(skb);
+	__be16 proto = skb->protocol;
 
-	switch (skb_protocol(skb, true)) {
+	if (unlikely(eth_type_vlan(proto)))
+		proto = p3_vlan_protocol(skb);
+	switch (proto) {
 	case htons(ETH_P_IP):
 		if (!pskb_may_pull(skb, nhoff + sizeof(struct iphdr)))
 			return 0;
@@ -260,15 +273,46 @@ static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
 	return q->cfg.default_band;
 }
 
-/* Returns the band, or -1 when a filter action consumed the packet. */
-static int p3_classify(struct sk_buff *skb, struct Qdisc *sch, int *qerr)
+/* The band the tc filters attached to p3 choose, -(what enqueue returns)
+ * when an action consumed the packet, or P3_BY_TAG when they leave it
+ * to the tag.  Out of line: its tcf_result on the stack would otherwise
+ * put the stack protector's canary on every packet's enqueue.
+ */
+#define P3_BY_TAG	INT_MIN
+static noinline int p3_filter_classify(struct sk_buff *skb,
+				       struct p3_sched_data *q,
+				       struct tcf_proto *fl)
+{
+	struct tcf_result res;
+	int err;
+
+	err = tcf_classify(skb, NULL, fl, &res, false);
+#ifdef CONFIG_NET_CLS_ACT
+	switch (err) {
+	case TC_ACT_STOLEN:
+	case TC_ACT_QUEUED:
+	case TC_ACT_TRAP:
+		return -(NET_XMIT_SUCCESS | __NET_XMIT_STOLEN);
+	case TC_ACT_SHOT:
+		return -(NET_XMIT_SUCCESS | __NET_XMIT_BYPASS);
+	}
+#endif
+	if (err < 0)
+		return P3_BY_TAG;
+	err = p3_minor_to_band(q, TC_H_MIN(res.classid));
+	return err < 0 ? P3_BY_TAG : err;
+}
+
+/* Returns the band, or, when a filter action consumed the packet, minus
+ * what enqueue returns for it (NET_XMIT_SUCCESS with __NET_XMIT_STOLEN
+ * or __NET_XMIT_BYPASS: negative, never a band).
+ */
+static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct tcf_result res;
 	struct tcf_proto *fl;
-	int band, err;
+	int band;
 
-	*qerr = NET_XMIT_SUCCESS | __NET_XMIT_BYPASS;
 	if (TC_H_MAJ(skb->priority) == sch->handle) {
 		band = p3_minor_to_band(q, TC_H_MIN(skb->priority));
 		if (band >= 0)
@@ -277,23 +321,9 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch, int *qerr)
 
 	fl = rcu_dereference_bh(q->filter_list);
 	if (fl) {
-		err = tcf_classify(skb, NULL, fl, &res, false);
-#ifdef CONFIG_NET_CLS_ACT
-		switch (err) {
-		case TC_ACT_STOLEN:
-		case TC_ACT_QUEUED:
-		case TC_ACT_TRAP:
-			*qerr = NET_XMIT_SUCCESS | __NET_XMIT_STOLEN;
-			fallthrough;
-		case TC_ACT_SHOT:
-			return -1;
-		}
-#endif
-		if (err >= 0) {
-			band = p3_minor_to_band(q, TC_H_MIN(res.classid));
-			if (band >= 0)
-				return band;
-		}
+		band = p3_filter_classify(skb, q, fl);
+		if (band != P3_BY_TAG)
+			return band;
 	}
 	return p3_tag_to_band(q, skb);
 }
@@ -301,6 +331,15 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch, int *qerr)
 /* ------------------------------------------------------------------ */
 /* Flows                                                               */
 /* ------------------------------------------------------------------ */
+
+/*
+ * The helpers every packet goes through (p3_size_refile(), p3_flow_push(),
+ * p3_flow_pop() and p3_next_flow()) are __always_inline: gcc kept them
+ * out of line, and the calls cost about 20 instructions a packet, counted
+ * by bench/overhead/run.sh --icount.  What only overflow, filters or VLAN
+ * tags need is noinline instead, so that the common path carries neither
+ * its code nor the stack protector's canary.
+ */
 
 /*
  * A local full socket names its flow exactly, and cannot be freed while
@@ -323,8 +362,73 @@ static bool p3_flow_idle_for(const struct p3_flow *flow, unsigned long age)
 	return !flow->qlen && time_after(jiffies, flow->idle_since + age);
 }
 
+/* Takes @flow off its size class, if it is on one. */
+static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
+{
+	u16 slot = flow->size_slot;
+
+	if (hlist_unhashed(&flow->size_node))
+		return;
+	hlist_del_init(&flow->size_node);
+	if (hlist_empty(&q->by_size[slot]))
+		q->bands[slot / P3_SIZE_CLASSES].sizes &=
+			~BIT(slot % P3_SIZE_CLASSES);
+}
+
+/*
+ * Files a flow holding packets under its band and the size class of its
+ * backlog.  Called whenever qlen, backlog or band change.  The fattest
+ * class of a band is the highest bit of its "sizes" mask, so a flow of it
+ * holds at least half the bytes of the band's fattest flow: the drop
+ * victim is found in O(1), where a walk would cost O(flows) for every
+ * packet pushed out at the limit.
+ *
+ * A flow that empties stays where it was filed.  A flow that sends one
+ * packet at a time empties at every dequeue and comes back at the next
+ * enqueue, most often to the same class: taking it off and putting it
+ * back each time cost about 40 instructions a packet.  p3_fattest() skips
+ * and unfiles the empty flows it meets instead, and a flow is unfiled
+ * before it is freed or reused.
+ */
+static __always_inline void p3_size_refile(struct p3_sched_data *q,
+					   struct p3_flow *flow)
+{
+	u16 slot;
+
+	if (!flow->qlen)
+		return;
+	slot = flow->band * P3_SIZE_CLASSES + fls(flow->backlog | 1) - 1;
+	if (slot == flow->size_slot && !hlist_unhashed(&flow->size_node))
+		return;
+	p3_size_unfile(q, flow);
+	hlist_add_head(&flow->size_node, &q->by_size[slot]);
+	q->bands[flow->band].sizes |= BIT(slot % P3_SIZE_CLASSES);
+	flow->size_slot = slot;
+}
+
+/* A flow of active @band holding at least half the bytes of its fattest.
+ * Every flow holding packets is filed, so the loop ends; each empty flow
+ * it passes is unfiled once.
+ */
+static struct p3_flow *p3_fattest(struct p3_sched_data *q, u8 band)
+{
+	struct p3_flow *flow;
+	u32 class;
+
+	for (;;) {
+		class = fls(q->bands[band].sizes) - 1;
+		flow = hlist_entry(q->by_size[band * P3_SIZE_CLASSES +
+					      class].first,
+				   struct p3_flow, size_node);
+		if (flow->qlen)
+			return flow;
+		p3_size_unfile(q, flow);
+	}
+}
+
 static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 {
+	p3_size_unfile(q, flow);
 	list_del(&flow->band_node);
 	hlist_del(&flow->hash_node);
 	kmem_cache_free(p3_flow_cache, flow);
@@ -411,6 +515,7 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 	flow = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
 	if (!flow || !p3_flow_idle_for(flow, P3_FLOW_IDLE))
 		return NULL;
+	p3_size_unfile(q, flow);
 	list_del(&flow->band_node);
 	hlist_del(&flow->hash_node);
 	memset(flow, 0, sizeof(*flow));
@@ -448,45 +553,6 @@ static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
 	/* Its first packet may yet be dropped, leaving it idle. */
 	p3_flow_idle(q, flow);
 	return flow;
-}
-
-/*
- * Files a flow holding packets under its band and the size class of its
- * backlog, and an empty flow nowhere.  Called whenever qlen, backlog or
- * band change.  The fattest class of a band is the highest bit of its
- * "sizes" mask, so a flow of it holds at least half the bytes of the
- * band's fattest flow: the drop victim is found in O(1), where a walk
- * would cost O(flows) for every packet pushed out at the limit.
- */
-static void p3_size_refile(struct p3_sched_data *q, struct p3_flow *flow)
-{
-	bool filed = !hlist_unhashed(&flow->size_node);
-	u16 slot = flow->band * P3_SIZE_CLASSES + fls(flow->backlog | 1) - 1;
-
-	if (filed && flow->qlen && slot == flow->size_slot)
-		return;
-	if (filed) {
-		u16 old = flow->size_slot;
-
-		hlist_del_init(&flow->size_node);
-		if (hlist_empty(&q->by_size[old]))
-			q->bands[old / P3_SIZE_CLASSES].sizes &=
-				~BIT(old % P3_SIZE_CLASSES);
-	}
-	if (!flow->qlen)
-		return;
-	hlist_add_head(&flow->size_node, &q->by_size[slot]);
-	q->bands[flow->band].sizes |= BIT(slot % P3_SIZE_CLASSES);
-	flow->size_slot = slot;
-}
-
-/* A flow of @band holding at least half the bytes of its fattest. */
-static struct p3_flow *p3_fattest(struct p3_sched_data *q, u8 band)
-{
-	u32 class = fls(q->bands[band].sizes) - 1;
-
-	return hlist_entry(q->by_size[band * P3_SIZE_CLASSES + class].first,
-			   struct p3_flow, size_node);
 }
 
 static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
@@ -532,20 +598,26 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
  * itself, and the deque's head is always the flow's most urgent packet.
  * At most one packet per band is on it.
  */
-static void p3_flow_push(struct p3_sched_data *q, struct p3_flow *flow,
-			 struct sk_buff *skb, u8 band)
+static __always_inline void p3_flow_push(struct p3_sched_data *q,
+					 struct p3_flow *flow,
+					 struct sk_buff *skb, u8 band)
 {
 	struct p3_skb_cb *cb = p3_cb(skb);
 	u32 len = qdisc_pkt_len(skb);
 
 	while (flow->min_tail && p3_cb(flow->min_tail)->band >= band)
 		flow->min_tail = p3_cb(flow->min_tail)->min_prev;
-	cb->band = band;
-	/* Reliable packets skip the clock: the common path stays as cheap. */
-	cb->tolerant = !!(q->tolerant & BIT_ULL(band));
-	cb->stamp = cb->tolerant ? p3_stamp_now() : 0;
-	cb->min_prev = flow->min_tail;
-	cb->min_next = NULL;
+	/* Written whole, not field by field: the bit fields would each be
+	 * a read-modify-write.  Reliable packets skip the clock.
+	 */
+	*cb = (struct p3_skb_cb) {
+		.min_prev = flow->min_tail,
+		.band = band,
+	};
+	if (q->tolerant & BIT_ULL(band)) {
+		cb->tolerant = 1;
+		cb->stamp = p3_stamp_now();
+	}
 	if (flow->min_tail)
 		p3_cb(flow->min_tail)->min_next = skb;
 	else
@@ -590,7 +662,8 @@ static u8 p3_flow_min_band(const struct p3_sched_data *q,
  * band, qdisc and memory.  An emptied flow leaves its band; a flow whose
  * urgent packets are gone returns to the band of its most urgent rest.
  */
-static struct sk_buff *p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
+static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
+						    struct p3_flow *flow)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct sk_buff *skb = flow->head;
@@ -704,31 +777,30 @@ static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 	return NULL;
 }
 
-static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
-		      struct sk_buff **to_free)
+static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
+		     struct sk_buff *skb, u8 band)
+{
+	p3_flow_push(qdisc_priv(sch), flow, skb, band);
+	sch->q.qlen++;
+	qdisc_qstats_backlog_inc(sch, skb);
+}
+
+/*
+ * Enqueue when @skb, of @band and for @flow, does not fit: packets are
+ * pushed out until it does (p3_victim()), or it is dropped itself.
+ * Returns what p3_enqueue() returns.  Out of line, as only overflow
+ * comes here: the common path stays short.
+ */
+static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
+				    struct p3_flow *flow, u8 band,
+				    struct sk_buff **to_free)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	u32 len = qdisc_pkt_len(skb), pushed_len = 0, pushed = 0;
-	struct p3_flow *flow;
-	int band, victim, ret;
 	bool own_loss = false;
+	int victim;
 	u64 *cause;
 	u8 serve;
-
-	band = p3_classify(skb, sch, &ret);
-	if (band < 0) {
-		if (ret & __NET_XMIT_BYPASS)
-			qdisc_qstats_drop(sch);
-		__qdisc_drop(skb, to_free);
-		return ret;
-	}
-
-	flow = p3_flow_lookup(q, p3_flow_key(skb));
-	if (unlikely(!flow)) {
-		q->stats.drops_alloc++;
-		q->bands[band].qstats.drops++;
-		return qdisc_drop(skb, sch, to_free);
-	}
 
 	/* Overflow never costs a band more urgent than this packet's. */
 	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
@@ -755,9 +827,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 		serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	}
 
-	p3_flow_push(q, flow, skb, band);
-	sch->q.qlen++;
-	qdisc_qstats_backlog_inc(sch, skb);
+	p3_admit(sch, flow, skb, band);
 	if (!pushed)
 		return NET_XMIT_SUCCESS;
 
@@ -775,6 +845,33 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	 */
 	qdisc_tree_reduce_backlog(sch, pushed - 1, pushed_len - len);
 	return NET_XMIT_CN;
+}
+
+static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
+		      struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow;
+	int band;
+
+	band = p3_classify(skb, sch);
+	if (band < 0) {
+		if (-band & __NET_XMIT_BYPASS)
+			qdisc_qstats_drop(sch);
+		__qdisc_drop(skb, to_free);
+		return -band;
+	}
+
+	flow = p3_flow_lookup(q, p3_flow_key(skb));
+	if (unlikely(!flow)) {
+		q->stats.drops_alloc++;
+		q->bands[band].qstats.drops++;
+		return qdisc_drop(skb, sch, to_free);
+	}
+	if (unlikely(p3_overlimit(sch, 1, skb->truesize)))
+		return p3_enqueue_full(skb, sch, flow, band, to_free);
+	p3_admit(sch, flow, skb, band);
+	return NET_XMIT_SUCCESS;
 }
 
 /*
@@ -878,7 +975,7 @@ static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
  * returned (which the parent has charged for, and which the dequeue
  * sends even if it expired in between).
  */
-static struct p3_flow *p3_next_flow(struct Qdisc *sch)
+static __always_inline struct p3_flow *p3_next_flow(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	u32 now = 0, dropped = 0, dropped_len = 0;
@@ -886,7 +983,9 @@ static struct p3_flow *p3_next_flow(struct Qdisc *sch)
 
 	while (q->active) {
 		flow = p3_drr_next(q);
-		if (flow->head == q->peeked || !p3_expired(q, flow->head, &now))
+		/* No band with a deadline, no packet that can expire. */
+		if (!q->tolerant || flow->head == q->peeked ||
+		    !p3_expired(q, flow->head, &now))
 			break;
 		if (dropped == P3_EXPIRE_BATCH) {
 			flow = NULL;

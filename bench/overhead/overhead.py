@@ -27,6 +27,15 @@ the qdisc's own.
 Every qdisc and flow count is measured --reps times, the order of the
 qdiscs rotating from one round to the next so that drift in the host's
 speed spreads over all of them.  noqueue (no qdisc at all) is the floor.
+
+--under prio puts each qdisc under test below a prio root, as its one
+child (every priority maps to it). A root qdisc with TCQ_F_CAN_BYPASS
+(pfifo_fast, fq_codel, pfifo) sends a packet that finds it empty straight
+to the driver, which in an unshaped flood is nearly every packet, so at
+the root their enqueue and dequeue hardly run; below a parent nothing is
+bypassed and every qdisc does its enqueue and dequeue for every packet.
+The parent's work is the same for all; pfifo, the simplest child, is the
+floor instead of noqueue.
 Raw results go to DIR/results.json; bench/overhead/report.py formats them.
 """
 import argparse
@@ -59,7 +68,11 @@ QDISCS = {
     "noqueue": "noqueue",
     "prio": "prio",
     "fq_codel": "fq_codel",
+    # The floor under --under prio: the cheapest child there is.
+    "pfifo": "pfifo",
 }
+# A prio root that sends every priority to its band 0 (class 1:1).
+PRIO_ROOT = "prio bands 2 priomap " + " ".join(["0"] * 16)
 DPORT = 9000
 
 
@@ -67,13 +80,17 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def install(spec):
+def install(spec, under):
     tc_batch(SND, [f"qdisc del dev {SDEV} root"], force=True)
-    tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: {spec}"])
+    if not under:
+        tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: {spec}"])
+        return
+    tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: {PRIO_ROOT}",
+                   f"qdisc add dev {SDEV} parent 1:1 handle 10: {spec}"])
 
 
 def measure(spec, flows, cfg, qs):
-    install(spec)
+    install(spec, cfg.under)
     q0, r0 = qs.read().get("root", {}), dev_counters(RCV, RDEV)
     out = run(SND, [FLOOD, "-d", RADDR, "-p", str(DPORT), "-f", str(flows),
                     "-s", str(cfg.size), "-t", str(cfg.seconds), "-b",
@@ -102,7 +119,13 @@ def main():
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--burst", type=int, default=32)
     ap.add_argument("--flows", default="1,1024")
-    ap.add_argument("--qdiscs", default=",".join(QDISCS))
+    ap.add_argument("--qdiscs", default=None,
+                    help="comma-separated, of: " + ", ".join(QDISCS) +
+                    " (default: all but pfifo at the root, all but noqueue "
+                    "under prio)")
+    ap.add_argument("--under", choices=["prio"],
+                    help="measure each qdisc as the child of a prio root, "
+                    "where none takes the empty-queue bypass")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 1 round of 2 s")
     ap.add_argument("--icount", action="store_true",
@@ -112,6 +135,14 @@ def main():
     if cfg.quick:
         cfg.reps, cfg.seconds = 1, 2.0
     flows = [int(x) for x in cfg.flows.split(",")]
+    if cfg.qdiscs is None:
+        skip = "noqueue" if cfg.under else "pfifo"
+        cfg.qdiscs = ",".join(q for q in QDISCS if q != skip)
+    unknown = [q for q in cfg.qdiscs.split(",") if q not in QDISCS]
+    if unknown:
+        ap.error(f"unknown qdisc {unknown[0]!r}: one of {', '.join(QDISCS)}")
+    if cfg.under and "noqueue" in cfg.qdiscs.split(","):
+        ap.error("noqueue cannot be a child qdisc (--under)")
     qdiscs = [QDISCS[q] for q in cfg.qdiscs.split(",")]
     os.makedirs(cfg.out, exist_ok=True)
     if not os.access(FLOOD, os.X_OK):
@@ -153,7 +184,8 @@ def main():
     finally:
         p3lib.teardown()
     res = {"kernel": platform.release(), "cpus": os.cpu_count(),
-           "quick": cfg.quick, "icount": cfg.icount, "size": cfg.size, "burst": cfg.burst,
+           "quick": cfg.quick, "icount": cfg.icount, "under": cfg.under,
+           "size": cfg.size, "burst": cfg.burst,
            "seconds": cfg.seconds, "reps": cfg.reps, "flows": flows,
            "qdiscs": qdiscs, "runs": runs, **provenance(),
            "kernel_problems": klog.new_problems(),

@@ -25,18 +25,23 @@ def pps(r):
 def icount_lines(res, med):
     """Under -icount shift=0 a guest second is 10^9 instructions: the
     cost of a packet in instructions, and the qdisc's own part of it
-    (less noqueue's, the same path without a qdisc)."""
+    (less the floor's: noqueue, the same path without a qdisc, or under
+    a prio root pfifo, the same path with the cheapest child)."""
+    floor_q = "pfifo" if res.get("under") else "noqueue"
+    where = (f"Every qdisc is the one child of a {res['under']} root, "
+             "where none takes the empty-queue bypass.  "
+             if res.get("under") else "")
     out = ["", "## Instructions per packet (-icount shift=0, one vCPU)", "",
            "Guest time counts guest instructions, so these are counts, not "
-           "timings: the host's load does not enter.  \"own\" is the cost "
-           f"less noqueue's.  Target: p3 within {FQ_CODEL_TARGET:.2f}× of "
-           "fq_codel's.", "",
+           f"timings: the host's load does not enter.  {where}\"own\" is "
+           f"the cost less {floor_q}'s.  Target: p3 within "
+           f"{FQ_CODEL_TARGET:.2f}× of fq_codel's.", "",
            "| flows | qdisc | instructions per packet | own | ÷ fq_codel | "
            "own ÷ fq_codel's own |", "|---:|---|---:|---:|---:|---:|"]
     for nflows in res["flows"]:
         ipp = {q: 1e9 / med[(nflows, q)] for q in res["qdiscs"]
                if (nflows, q) in med}
-        floor, ref = ipp.get("noqueue"), ipp.get("fq_codel")
+        floor, ref = ipp.get(floor_q), ipp.get("fq_codel")
         for q, v in ipp.items():
             own = v - floor if floor else None
             ref_own = ref - floor if floor and ref else None

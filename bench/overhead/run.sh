@@ -9,7 +9,8 @@
 # shift=0, where a guest second is 10^9 guest instructions, so the report
 # gives instructions per packet, independent of the host's load (default
 # DIR build/bench/overhead-icount). Without it, packets per wall-clock
-# second, for real hosts.
+# second, for real hosts. --under prio measures every qdisc as the child
+# of a prio root, where none takes the empty-queue bypass (overhead.py).
 #
 # Writes DIR (default build/bench/overhead) /{results.json,results.md};
 # DIR must be inside the repo (the VM sees only it).  Default kernel
