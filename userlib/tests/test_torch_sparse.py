@@ -168,6 +168,23 @@ def choice():
     a.select(0, w, gbar, 6)
     ok(set(first.tolist()) - top != set(a.idx[s0].tolist()) - top,
        'slimdp choice: the explored elements change from step to step')
+    # The next step knows the averages only where this one sent: small
+    # there, so the elements it did not send lead on what was known.
+    c = SlimDP(lay, [np.dtype(np.float32)], KEEP, EXPLORE)
+    c.select(0, w, gbar, 5)
+    later = np.zeros(n, np.float32)
+    known = np.abs(gbar.astype(np.float64))
+    for s in lay.tensor_slices[0]:
+        at = c.geom[s][1] + c.idx[s]
+        later[at] = 1e-3
+        known[at] = 1e-3
+    c.select(0, w, later, 6)
+    score = (np.abs(w[lo:lo + 1024]) / np.abs(w[lo:lo + 1024]).mean()
+             + known[lo:lo + 1024] / known[lo:lo + 1024].mean())
+    top = set(np.argsort(-score)[:k].tolist())
+    ok(top <= set(c.idx[s0].tolist()),
+       'slimdp choice: an element not sent keeps the last |g| known of it '
+       '(the %d most significant by it are chosen)' % k)
     grad = torch.randn(n, generator=g).numpy()
     sent = np.zeros(n, bool)
     for s in lay.tensor_slices[0]:

@@ -12,9 +12,12 @@ step as well.
 Here, per slice of n elements and per step:
 
 - significance s_j = |w_j| / mean|w| + |g_j| / mean|g|, where w is the
-  parameter and g the average gradient applied in the last step (each
-  term over the slice, divided by its mean so that neither unit
-  dominates; a term whose mean is 0 counts 0);
+  parameter and g_j the last average gradient applied to element j: in
+  the last step if it was sent then, else in the latest step it was
+  (each term over the slice, divided by its mean so that neither unit
+  dominates; a term whose mean is 0 counts 0).  Only the sent elements'
+  averages are known, and taking the others as 0 left them to the
+  explored set alone, however large their residual grew;
 - the ceil(keep * n) most significant elements are kept, and
   ceil(explore * n) of the others (at most all of them) are explored,
   drawn from a generator keyed by (step, slice);
@@ -87,18 +90,34 @@ class SlimDP:
         self.tensor_slices = layout.tensor_slices
         self.idx = [None] * len(self.geom)
         self.res = {}           # tensor -> residual (float, like the gradient)
+        self.known = {}         # tensor -> |last average applied| per element
 
     def wire_bytes(self, s):
         t, _, n = self.geom[s]
         return _sparse.wire_bytes(self.count[s], n, self.dtypes[t])
 
+    def _last_known(self, t, gbar):
+        """|g| of every element of tensor t, as of the latest step that
+        sent it: gbar (the last step's average) where the last step's
+        choice sent it, the value known before elsewhere."""
+        known = self.known.get(t)
+        if known is None:
+            known = self.known[t] = np.abs(gbar, dtype=np.float64)
+            return known
+        for s in self.tensor_slices[t]:
+            if self.idx[s] is not None:
+                at = self.geom[s][1] + self.idx[s]
+                known[at] = np.abs(gbar[at])
+        return known
+
     def select(self, t, w, gbar, it):
         """Choose step it's elements of tensor t's slices from its
         parameter w and last applied average gbar (flat numpy arrays)."""
+        known = self._last_known(t, gbar)
         for s in self.tensor_slices[t]:
             _, a, n = self.geom[s]
             k, e = counts(n, self.keep, self.explore)
-            score = _scaled(w[a:a + n]) + _scaled(gbar[a:a + n])
+            score = _scaled(w[a:a + n]) + _scaled(known[a:a + n])
             if k < n:
                 core = np.argpartition(-score, k - 1)[:k]
             else:
