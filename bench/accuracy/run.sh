@@ -5,14 +5,28 @@
 # bounded loss (DLCP) with sender-side chunk loss, and Slim-DP; prints
 # the Markdown table of docs/benchmarks.md.  Usage:
 #   bench/accuracy/run.sh [--epochs N]          (default 8)
+#   bench/accuracy/run.sh --vm [--epochs N]     through sch_p3, in the VM
 # Loss here is the example's --lose (a seeded fraction of datagram
 # chunks left out at the sender): loopback loses nothing by itself.
+# With --vm the losses are real: the qdisc's deadline drops and netem
+# (bench/accuracy/vm.py, one boot of kernel 6.12, about 10 minutes).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 cd "$top"
-epochs=8
-[ "${1:-}" = --epochs ] && epochs=${2:?}
+epochs=8 vm=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--epochs) epochs=${2:?}; shift 2 ;;
+	--vm) vm=1; shift ;;
+	*) echo "usage: $0 [--vm] [--epochs N]" >&2; exit 2 ;;
+	esac
+done
 make --no-print-directory userlib >/dev/null
+if [ $vm -eq 1 ]; then
+	make --no-print-directory module tc >/dev/null
+	exec selftests/vm-run --kernel 6.12 --timeout 3600 -- \
+		/usr/bin/python3 bench/accuracy/vm.py --epochs "$epochs"
+fi
 cases=(
 	"dense|"
 	"bounded loss, no chunk lost, 1% tolerated|--loss-tolerance 0.01"

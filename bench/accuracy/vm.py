@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Accuracy of examples/torch_digits.py through the real sch_p3, with real
+losses: two ranks, one per network namespace of the VM, joined by a veth
+pair whose egress on each side is `p3 bands 17 rate RATE`, the bands 8..15
+that bounded-loss pushes use (classes :9..:10) loss-tolerant with a
+deadline.  Cases, all in one boot:
+
+  dense                 every gradient reliable
+  bounded, deadline     loss_tolerance: datagrams queue behind the reliable
+                        bands, and the qdisc drops those that outwait the
+                        band's deadline
+  bounded, netem loss   the same, under netem loss L% (the root, p3 its
+                        child): reliable TCP retransmits, datagrams are lost
+  Slim-DP               sparsify='slimdp', reliable
+
+Prints the Markdown table of docs/benchmarks.md, with the qdisc's own
+drop counters (deadline and total) summed over both hosts.  Run by
+bench/accuracy/run.sh --vm (which boots the VM); inside it:
+
+  bench/accuracy/vm.py [--epochs N] [--rate R] [--qdeadline US] [--loss L]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+HOSTS = ("p3a0", "p3a1")
+TOLERANT = range(9, 17)         # class minors of bands 8..15
+
+
+def sh(cmd, ns=None, **kw):
+    if ns:
+        cmd = ["ip", "netns", "exec", ns] + cmd
+    return subprocess.run(cmd, check=True, text=True, **kw)
+
+
+def topology():
+    for ns in HOSTS:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        sh(["ip", "netns", "add", ns])
+    sh(["ip", "link", "add", "eth0", "netns", HOSTS[0], "type", "veth",
+        "peer", "name", "eth0", "netns", HOSTS[1]])
+    for i, ns in enumerate(HOSTS):
+        sh(["ip", "addr", "add", f"10.78.0.{i + 1}/24", "dev", "eth0"], ns)
+        sh(["ip", "link", "set", "eth0", "up"], ns)
+        sh(["ip", "link", "set", "lo", "up"], ns)
+
+
+def shape(args, netem):
+    """p3 at the root, or under netem; deadlines on the tolerant bands."""
+    for ns in HOSTS:
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del",
+                        "dev", "eth0", "root"], stderr=subprocess.DEVNULL)
+        lines, h = [], "1"
+        if netem:
+            lines.append(f"qdisc add dev eth0 root handle 1: netem loss "
+                         f"{args.loss}%")
+            h = "2"
+            lines.append(f"qdisc add dev eth0 parent 1:1 handle 2: p3 "
+                         f"bands 17 rate {args.rate}")
+        else:
+            lines.append(f"qdisc add dev eth0 root handle 1: p3 bands 17 "
+                         f"rate {args.rate}")
+        lines += [f"class change dev eth0 classid {h}:{k:x} p3 deadline "
+                  f"{args.qdeadline}us" for k in TOLERANT]
+        sh(["tc", "-batch", "-"], ns, input="\n".join(lines) + "\n")
+
+
+def p3_drops(ns):
+    """drops_deadline and all of p3's drops on ns's eth0."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j",
+                          "qdisc", "show", "dev", "eth0"], check=True,
+                         text=True, capture_output=True).stdout
+    for q in json.loads(out):
+        if q.get("kind") == "p3":
+            # tc prints a qdisc's xstats beside its other counters.
+            return q.get("drops_deadline", 0), q.get("drops", 0)
+    return 0, 0
+
+
+def train(args, extra):
+    """Runs both ranks; returns rank 0's output."""
+    procs = []
+    for i, ns in enumerate(HOSTS):
+        env = dict(os.environ, RANK=str(i), WORLD_SIZE="2",
+                   MASTER_ADDR="10.78.0.1", MASTER_PORT="29511",
+                   PYTHONPATH=os.path.join(TOP, "userlib", "python"),
+                   P3_LIB=os.path.join(TOP, "build", "userlib", "libp3.so"))
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", ns, "/usr/bin/python3",
+             os.path.join(TOP, "examples", "torch_digits.py"),
+             "--epochs", str(args.epochs)] + extra,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    outs = [p.communicate(timeout=args.timeout)[0] for p in procs]
+    for p, o in zip(procs, outs):
+        if p.returncode:
+            sys.exit(f"vm.py: a rank failed ({p.returncode}):\n{o}")
+    return outs[0]
+
+
+def parse(out, epochs):
+    acc = per = lost = asked = None
+    for ln in out.splitlines():
+        if ln.startswith(f"epoch {epochs}:"):
+            acc = float(ln.split("test accuracy ")[1].split("%")[0])
+        if ln.startswith("stats:"):
+            w = ln.replace(",", "").split()
+            per = int(w[w.index("per") - 1])
+            lost = int(w[w.index("bytes", w.index("per")) - 1])
+            asked = int(w[w.index("rerequests") - 1])
+    if acc is None or per is None:
+        sys.exit(f"vm.py: no result in:\n{out}")
+    return acc, per, lost, asked
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--rate", default="20mbit")
+    ap.add_argument("--qdeadline", type=int, default=2000,
+                    help="the tolerant bands' deadline, µs")
+    ap.add_argument("--loss", type=float, default=2.0,
+                    help="netem loss, %%")
+    ap.add_argument("--tolerance", default="0.01",
+                    help="loss_tolerance of the bounded cases")
+    ap.add_argument("--timeout", type=float, default=1800)
+    args = ap.parse_args()
+    bounded = ["--loss-tolerance", args.tolerance]
+    cases = [
+        ("dense", False, []),
+        (f"bounded loss ({args.tolerance}), deadline drops", False, bounded),
+        (f"bounded loss ({args.tolerance}), netem loss {args.loss:g}%",
+         True, bounded),
+        ("dense, netem loss %g%%" % args.loss, True, []),
+        ("Slim-DP (keep 0.1, explore 0.02)", False,
+         ["--sparsify", "slimdp"]),
+    ]
+    subprocess.run(["modprobe", "sch_p3"], check=True)
+    topology()
+    print(f"| {args.epochs} epochs, VM, p3 bands 17 rate {args.rate}, "
+          f"deadline {args.qdeadline} µs on bands 8–15 | test accuracy | "
+          "gradient bytes per iteration (all ranks) | bytes lost | "
+          "rerequests | p3 deadline drops | p3 drops |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, netem, extra in cases:
+        shape(args, netem)
+        t0 = time.monotonic()
+        print(f"vm.py: {name} ...", file=sys.stderr, flush=True)
+        acc, per, lost, asked = parse(train(args, extra), args.epochs)
+        dl = dr = 0
+        for ns in HOSTS:
+            a, b = p3_drops(ns)
+            dl, dr = dl + a, dr + b
+        print(f"vm.py: {name}: {acc}% in {time.monotonic() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+        print(f"| {name} | {acc}% | {per} | {lost} | {asked} | {dl} | {dr} |",
+              flush=True)
+    for ns in HOSTS:
+        subprocess.run(["ip", "netns", "del", ns])
+
+
+if __name__ == "__main__":
+    main()
