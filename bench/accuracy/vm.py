@@ -89,6 +89,9 @@ def train(args, extra):
     for i, ns in enumerate(HOSTS):
         env = dict(os.environ, RANK=str(i), WORLD_SIZE="2",
                    MASTER_ADDR="10.78.0.1", MASTER_PORT="29511",
+                   # The guest's hostname resolves to no address of the
+                   # namespace: Gloo would fall back to loopback.
+                   GLOO_SOCKET_IFNAME="eth0",
                    PYTHONPATH=os.path.join(TOP, "userlib", "python"),
                    P3_LIB=os.path.join(TOP, "build", "userlib", "libp3.so"))
         procs.append(subprocess.Popen(
