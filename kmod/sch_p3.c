@@ -386,7 +386,7 @@ static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
  * A flow that empties stays where it was filed.  A flow that sends one
  * packet at a time empties at every dequeue and comes back at the next
  * enqueue, most often to the same class: taking it off and putting it
- * back each time cost about 40 instructions a packet.  p3_fattest() skips
+ * back each time cost 56 instructions a packet.  p3_fattest() skips
  * and unfiles the empty flows it meets instead, and a flow is unfiled
  * before it is freed or reused.
  */
