@@ -28,8 +28,13 @@ import sys
 import time
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(TOP, "selftests"))
 
-HOSTS = ("p3a0", "p3a1")
+import p3lib  # noqa: E402
+from p3lib import RDEV, RCV, SADDR, SDEV, SND  # noqa: E402
+
+# The selftests' two hosts (p3lib.topology()); rank 0 on the first.
+HOSTS = ((SND, SDEV), (RCV, RDEV))
 TOLERANT = range(9, 17)         # class minors of bands 8..15
 
 
@@ -39,42 +44,30 @@ def sh(cmd, ns=None, **kw):
     return subprocess.run(cmd, check=True, text=True, **kw)
 
 
-def topology():
-    for ns in HOSTS:
-        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-        sh(["ip", "netns", "add", ns])
-    sh(["ip", "link", "add", "eth0", "netns", HOSTS[0], "type", "veth",
-        "peer", "name", "eth0", "netns", HOSTS[1]])
-    for i, ns in enumerate(HOSTS):
-        sh(["ip", "addr", "add", f"10.78.0.{i + 1}/24", "dev", "eth0"], ns)
-        sh(["ip", "link", "set", "eth0", "up"], ns)
-        sh(["ip", "link", "set", "lo", "up"], ns)
-
-
 def shape(args, netem):
     """p3 at the root, or under netem; deadlines on the tolerant bands."""
-    for ns in HOSTS:
+    for ns, dev in HOSTS:
         subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del",
-                        "dev", "eth0", "root"], stderr=subprocess.DEVNULL)
+                        "dev", dev, "root"], stderr=subprocess.DEVNULL)
         lines, h = [], "1"
         if netem:
-            lines.append(f"qdisc add dev eth0 root handle 1: netem loss "
+            lines.append(f"qdisc add dev {dev} root handle 1: netem loss "
                          f"{args.loss}%")
             h = "2"
-            lines.append(f"qdisc add dev eth0 parent 1:1 handle 2: p3 "
+            lines.append(f"qdisc add dev {dev} parent 1:1 handle 2: p3 "
                          f"bands 17 rate {args.rate}")
         else:
-            lines.append(f"qdisc add dev eth0 root handle 1: p3 bands 17 "
+            lines.append(f"qdisc add dev {dev} root handle 1: p3 bands 17 "
                          f"rate {args.rate}")
-        lines += [f"class change dev eth0 classid {h}:{k:x} p3 deadline "
+        lines += [f"class change dev {dev} classid {h}:{k:x} p3 deadline "
                   f"{args.qdeadline}us" for k in TOLERANT]
         sh(["tc", "-batch", "-"], ns, input="\n".join(lines) + "\n")
 
 
-def p3_drops(ns):
-    """drops_deadline and all of p3's drops on ns's eth0."""
+def p3_drops(ns, dev):
+    """drops_deadline and all of p3's drops on ns's dev."""
     out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j",
-                          "qdisc", "show", "dev", "eth0"], check=True,
+                          "qdisc", "show", "dev", dev], check=True,
                          text=True, capture_output=True).stdout
     for q in json.loads(out):
         if q.get("kind") == "p3":
@@ -86,12 +79,12 @@ def p3_drops(ns):
 def train(args, extra):
     """Runs both ranks; returns rank 0's output."""
     procs = []
-    for i, ns in enumerate(HOSTS):
+    for i, (ns, dev) in enumerate(HOSTS):
         env = dict(os.environ, RANK=str(i), WORLD_SIZE="2",
-                   MASTER_ADDR="10.78.0.1", MASTER_PORT="29511",
+                   MASTER_ADDR=SADDR, MASTER_PORT="29511",
                    # The guest's hostname resolves to no address of the
                    # namespace: Gloo would fall back to loopback.
-                   GLOO_SOCKET_IFNAME="eth0",
+                   GLOO_SOCKET_IFNAME=dev,
                    PYTHONPATH=os.path.join(TOP, "userlib", "python"),
                    P3_LIB=os.path.join(TOP, "build", "userlib", "libp3.so"))
         procs.append(subprocess.Popen(
@@ -145,7 +138,7 @@ def main():
          ["--sparsify", "slimdp"]),
     ]
     subprocess.run(["modprobe", "sch_p3"], check=True)
-    topology()
+    p3lib.topology(ipv6=False)
     print(f"| {args.epochs} epochs, VM, p3 bands 17 rate {args.rate}, "
           f"deadline {args.qdeadline} µs on bands 8–15 | test accuracy | "
           "gradient bytes per iteration (all ranks) | bytes lost | "
@@ -157,15 +150,14 @@ def main():
         print(f"vm.py: {name} ...", file=sys.stderr, flush=True)
         acc, per, lost, asked = parse(train(args, extra), args.epochs)
         dl = dr = 0
-        for ns in HOSTS:
-            a, b = p3_drops(ns)
+        for ns, dev in HOSTS:
+            a, b = p3_drops(ns, dev)
             dl, dr = dl + a, dr + b
         print(f"vm.py: {name}: {acc}% in {time.monotonic() - t0:.0f} s",
               file=sys.stderr, flush=True)
         print(f"| {name} | {acc}% | {per} | {lost} | {asked} | {dl} | {dr} |",
               flush=True)
-    for ns in HOSTS:
-        subprocess.run(["ip", "netns", "del", ns])
+    p3lib.teardown()
 
 
 if __name__ == "__main__":
