@@ -62,12 +62,13 @@ RTO_MIN = "15s"         # see Cluster.up()
 # what a flow has committed beyond the reach of user space is about
 # NOTSENT_LOWAT in its socket plus what TSQ lets into the qdisc.
 GSO_MAX = 4096          # bytes per GSO packet (TCP builds them this big)
-NOTSENT_LOWAT = 4096    # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
+NOTSENT_LOWAT = int(os.environ.get("P3_TRAIN_LOWAT", 4096))   # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
 TSQ_LIMIT = 4096        # tcp_limit_output_bytes: one such packet per flow
                         # in the qdisc (TSQ's 1 MB default is ~1 ms at
                         # 10 Gbit/s, ~5 s on these links)
 TBF_BURST = 6000        # one such packet with its headers (p3's pacer sends
                         # one, then waits len/R); --calibrate compares them
+TAG = os.environ.get("P3_TRAIN_TAG", "dscp")
 QLIMIT = 10000          # packets: p3's default limit, and the pfifo's
 CLONE_NEWNET = 0x40000000
 PR_SET_NAME = 15
@@ -132,7 +133,8 @@ class Cluster:
                input=f"addr add {ip}/24 dev eth0\nlink set eth0 up\n"
                      "link set lo up\n"
                      f"route replace {SUBNET}.0/24 dev eth0 proto kernel "
-                     f"scope link src {ip} rto_min {RTO_MIN}\n")
+                     f"scope link src {ip} rto_min {RTO_MIN}"
+                     f"{' quickack 1' if os.environ.get('P3_QUICKACK') else ''}\n")
             # acks=stock: libp3 tags each accepted socket with its band's
             # level, so a band's ACKs travel in that band.  acks=reflect
             # has the kernel do the same (the accepted socket takes its
@@ -158,12 +160,20 @@ class Cluster:
         p3kernel mode, otherwise tbf (burst of one GSO packet) over a
         pfifo, the FIFO a NIC has without P3."""
         bits = int(rate_Bps * 8)
+        shaper = os.environ.get("P3_TRAIN_SHAPER") or (
+            "p3" if mode == "p3kernel" else "tbf")
         for h, _ in self.hosts:
             sh(f"tc -n {self.ns(h)} qdisc del dev eth0 root", check=False)
-            if mode == "p3kernel":
+            if shaper == "tbfp3":
+                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
+                        f" burst {TBF_BURST} latency 10s\n"
+                        f"qdisc add dev eth0 parent 1:1 handle 10: p3 bands "
+                        f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
+                        f" tag {TAG} limit {QLIMIT}\n")
+            elif shaper == "p3":
                 cmds = (f"qdisc add dev eth0 root handle 1: p3 bands "
                         f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
-                        f" tag dscp limit {QLIMIT} rate {bits}bit\n")
+                        f" tag {TAG} limit {QLIMIT} rate {bits}bit\n")
                 if self.acks == "urgent":
                     # Pure ACKs (IP length < 64) to band 0: receiving
                     # sockets send nothing else, so no flow is reordered.
@@ -197,7 +207,8 @@ class Cluster:
 
     NSTAT = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
              "TcpExtTCPSpuriousRTOs", "TcpExtTCPSpuriousRtxHostQueues",
-             "TcpExtTCPLossProbes")
+             "TcpExtTCPLossProbes", "TcpExtTCPOrigDataSent",
+             "TcpExtDelayedACKs")
 
     def nstat(self):
         """TCP counters summed over the hosts (absolute)."""
@@ -283,7 +294,7 @@ class Child:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 enter_netns(netns)
-                p3.tag_config("dscp", NOTSENT_LOWAT)
+                p3.tag_config(TAG, NOTSENT_LOWAT)
                 _libc.prctl(PR_SET_NAME, (name.rstrip("0123456789") +
                                           "-main").encode(), 0, 0, 0)
                 ctl = Ctl(os.fdopen(c_r, "r"), os.fdopen(c_w, "w"))
@@ -434,6 +445,8 @@ def sender(chans, q, j, to_server):
 def connect_peers(j, ips, port, chan_id, out):
     for i, ip in enumerate(ips):
         out[i] = p3.Channel.connect(ip, port, bands=j.bands, chan_id=chan_id,
+                                    levels=jobmod.TRAIN_BANDS
+                                    if j.mode == "p3kernel" else None,
                                     max_queued=1 << 30, timeout=60)
 
 

@@ -32,8 +32,9 @@ EMU_COMPUTE_S = 3.0                 # emulated compute per iteration
 EMU_MODEL_BYTES = 512 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
-TRAIN_BANDS = 15                    # levels 0..14; band 15 is left to
+TRAIN_BANDS = int(os.environ.get("P3_TRAIN_BANDS", 15))                   # levels 0..14; band 15 is left to
 QDISC_BANDS = TRAIN_BANDS + 1       # untagged traffic (the default band)
+TRAIN_SOCKETS = int(os.environ.get("P3_TRAIN_SOCKETS", TRAIN_BANDS))
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
 # on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
@@ -106,7 +107,7 @@ class Job:
     @property
     def bands(self):
         """Sockets per peer connection."""
-        return TRAIN_BANDS if self.mode == "p3kernel" else 1
+        return TRAIN_SOCKETS if self.mode == "p3kernel" else 1
 
     def _plan(self):
         return self._plan_slices() if self.sliced else self._plan_mxnet()
