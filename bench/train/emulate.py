@@ -18,8 +18,8 @@ the modes differ only in what they are about:
   slice     P3's slices (round-robin over servers), same order, one socket
   p3user    slices, one socket per peer, libp3's in-band priority queue
             (P3's user-space design), small TCP_NOTSENT_LOWAT
-  p3kernel  slices on 15 tagged sockets per peer (levels 0..14, DSCP), the
-            p3 qdisc on every host
+  p3kernel  slices on one tagged socket per level and peer (--bands levels,
+            DSCP), the p3 qdisc on every host
 
 With --bulk each worker host also runs an untagged bulk TCP upload (a
 checkpoint, over --bulk-streams connections) to a storage host through the
@@ -62,13 +62,12 @@ RTO_MIN = "15s"         # see Cluster.up()
 # what a flow has committed beyond the reach of user space is about
 # NOTSENT_LOWAT in its socket plus what TSQ lets into the qdisc.
 GSO_MAX = 4096          # bytes per GSO packet (TCP builds them this big)
-NOTSENT_LOWAT = int(os.environ.get("P3_TRAIN_LOWAT", 4096))   # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
+NOTSENT_LOWAT = 4096    # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
 TSQ_LIMIT = 4096        # tcp_limit_output_bytes: one such packet per flow
                         # in the qdisc (TSQ's 1 MB default is ~1 ms at
                         # 10 Gbit/s, ~5 s on these links)
 TBF_BURST = 6000        # one such packet with its headers (p3's pacer sends
                         # one, then waits len/R); --calibrate compares them
-TAG = os.environ.get("P3_TRAIN_TAG", "dscp")
 QLIMIT = 10000          # packets: p3's default limit, and the pfifo's
 CLONE_NEWNET = 0x40000000
 PR_SET_NAME = 15
@@ -103,8 +102,11 @@ def enter_netns(name):
 class Cluster:
     """The namespaces, the bridge, and each host's egress shaper."""
 
-    def __init__(self, workers, servers, acks="stock"):
+    def __init__(self, workers, servers, acks="stock", quickack=False,
+                 shaper="auto"):
         self.acks = acks
+        self.quickack = quickack        # no delayed ACKs (route quickack 1)
+        self.shaper = shaper
         self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
         self.servers = [(f"s{i}", f"{SUBNET}.{100 + i}")
                         for i in range(servers)]
@@ -134,7 +136,7 @@ class Cluster:
                      "link set lo up\n"
                      f"route replace {SUBNET}.0/24 dev eth0 proto kernel "
                      f"scope link src {ip} rto_min {RTO_MIN}"
-                     f"{' quickack 1' if os.environ.get('P3_QUICKACK') else ''}\n")
+                     f"{' quickack 1' if self.quickack else ''}\n")
             # acks=stock: libp3 tags each accepted socket with its band's
             # level, so a band's ACKs travel in that band.  acks=reflect
             # has the kernel do the same (the accepted socket takes its
@@ -155,25 +157,21 @@ class Cluster:
             if name.startswith(PREFIX):
                 sh(f"ip netns del {name}", check=False)
 
-    def shape(self, mode, rate_Bps):
+    def shape(self, mode, rate_Bps, train_bands=jobmod.TRAIN_BANDS):
         """The same rate on every host's egress: the p3 qdisc's pacer in
         p3kernel mode, otherwise tbf (burst of one GSO packet) over a
-        pfifo, the FIFO a NIC has without P3."""
+        pfifo, the FIFO a NIC has without P3 (shaper "auto"; "p3" or
+        "tbf" puts every mode behind that one).  p3 has a band per
+        training level and one more, the default, for untagged traffic."""
         bits = int(rate_Bps * 8)
-        shaper = os.environ.get("P3_TRAIN_SHAPER") or (
-            "p3" if mode == "p3kernel" else "tbf")
+        shaper = self.shaper if self.shaper != "auto" else \
+            "p3" if mode == "p3kernel" else "tbf"
         for h, _ in self.hosts:
             sh(f"tc -n {self.ns(h)} qdisc del dev eth0 root", check=False)
-            if shaper == "tbfp3":
-                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
-                        f" burst {TBF_BURST} latency 10s\n"
-                        f"qdisc add dev eth0 parent 1:1 handle 10: p3 bands "
-                        f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
-                        f" tag {TAG} limit {QLIMIT}\n")
-            elif shaper == "p3":
+            if shaper == "p3":
                 cmds = (f"qdisc add dev eth0 root handle 1: p3 bands "
-                        f"{jobmod.QDISC_BANDS} default {jobmod.QDISC_BANDS - 1}"
-                        f" tag {TAG} limit {QLIMIT} rate {bits}bit\n")
+                        f"{train_bands + 1} default {train_bands}"
+                        f" tag dscp limit {QLIMIT} rate {bits}bit\n")
                 if self.acks == "urgent":
                     # Pure ACKs (IP length < 64) to band 0: receiving
                     # sockets send nothing else, so no flow is reordered.
@@ -294,7 +292,7 @@ class Child:
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 enter_netns(netns)
-                p3.tag_config(TAG, NOTSENT_LOWAT)
+                p3.tag_config("dscp", NOTSENT_LOWAT)
                 _libc.prctl(PR_SET_NAME, (name.rstrip("0123456789") +
                                           "-main").encode(), 0, 0, 0)
                 ctl = Ctl(os.fdopen(c_r, "r"), os.fdopen(c_w, "w"))
@@ -445,8 +443,6 @@ def sender(chans, q, j, to_server):
 def connect_peers(j, ips, port, chan_id, out):
     for i, ip in enumerate(ips):
         out[i] = p3.Channel.connect(ip, port, bands=j.bands, chan_id=chan_id,
-                                    levels=jobmod.TRAIN_BANDS
-                                    if j.mode == "p3kernel" else None,
                                     max_queued=1 << 30, timeout=60)
 
 
@@ -709,7 +705,7 @@ def calibrate(cluster, rate, seconds=3.0):
 
 def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
     """Runs job @j once; returns the result record."""
-    cluster.shape(j.mode, j.rate)
+    cluster.shape(j.mode, j.rate, j.train_bands)
     ideal = j.ideal()
     tcp0 = cluster.nstat()
     cfg = {"port": port, "bulk_port": BULK_PORT + port % 1000,
@@ -795,7 +791,8 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
              for i, n in ((2, "user"), (3, "system"), (4, "irq"))}
     rec = j.describe()
     rec.update({
-        "bulk": int(bulk), "acks": cluster.acks, "iters": iters, "warmup": warmup,
+        "bulk": int(bulk), "acks": cluster.acks, "bands": j.train_bands,
+        "iters": iters, "warmup": warmup,
         "iter_s": it_s, "iter_s_workers": per,
         "stall_s": sum(stall) / len(stall),
         "samples_per_s": j.samples_per_s(it_s),
@@ -856,6 +853,15 @@ def main():
                     "tags them with stock sysctls (their flow's band), "
                     "their flow's band by tcp_reflect_tos=1 as well, or "
                     "band 0 (u32 filter)")
+    ap.add_argument("--bands", type=int, default=jobmod.TRAIN_BANDS,
+                    help="p3kernel: training levels, one tagged socket each "
+                    "per peer (default %(default)s)")
+    ap.add_argument("--shaper", default="auto", choices=("auto", "p3", "tbf"),
+                    help="every host's egress: auto (p3 for p3kernel, tbf "
+                    "over a pfifo otherwise), or the one named for every "
+                    "mode")
+    ap.add_argument("--quickack", action="store_true",
+                    help="no delayed ACKs (route quickack 1)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
@@ -901,7 +907,8 @@ def main():
             f"in {args.out}")
         plan = left
     profiles = {m: models.profile(m) for m in parse_list(args.models)}
-    cluster = Cluster(args.workers, args.servers, args.acks)
+    cluster = Cluster(args.workers, args.servers, args.acks, args.quickack,
+                      args.shaper)
     cluster.up()
     log(f"emulate: {args.workers} workers, {args.servers} servers"
         f"{' and a storage host' if args.bulk != 'none' else ''} up; "
@@ -923,7 +930,7 @@ def main():
         for n, (model, mode, g, bulk) in enumerate(plan, 1):
             j = jobmod.Job(profiles[model], mode, args.workers, args.servers,
                            g, args.compute_s, args.model_bytes,
-                           args.slice_bytes)
+                           args.slice_bytes, args.bands)
             tag = (f"[{n}/{len(plan)}] {model} {mode}"
                    f"{f'+bulk{bulk}' if bulk else ''}"
                    f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")

@@ -32,9 +32,11 @@ EMU_COMPUTE_S = 3.0                 # emulated compute per iteration
 EMU_MODEL_BYTES = 512 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
-TRAIN_BANDS = int(os.environ.get("P3_TRAIN_BANDS", 15))                   # levels 0..14; band 15 is left to
-QDISC_BANDS = TRAIN_BANDS + 1       # untagged traffic (the default band)
-TRAIN_SOCKETS = int(os.environ.get("P3_TRAIN_SOCKETS", TRAIN_BANDS))
+# p3kernel's levels: bands 0..7, one socket each per peer; band 8 is left
+# to untagged traffic (the default band).  libp3's default too: eight were
+# 1-2% faster than fifteen at VGG-19's network-bound points in four boots
+# (docs/benchmarks.md, "Why the kernel mode trails").
+TRAIN_BANDS = 8
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
 # on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
@@ -75,7 +77,8 @@ class Job:
     """One configuration: model profile, mode, cluster size and link rate."""
 
     def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
-                 compute_s=None, model_bytes=None, slice_bytes=None):
+                 compute_s=None, model_bytes=None, slice_bytes=None,
+                 train_bands=None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         self.profile = profile
@@ -86,6 +89,7 @@ class Job:
         self.time_scale, self.byte_scale = scales(profile, compute_s,
                                                   model_bytes)
         self.slice_bytes = slice_bytes or SLICE_BYTES
+        self.train_bands = train_bands or TRAIN_BANDS
         self.rate = emu_rate(gbps, self.byte_scale, self.time_scale)
         layers = profile["layers"]
         self.fwd = [la["fwd_s"] * self.time_scale for la in layers]
@@ -107,7 +111,7 @@ class Job:
     @property
     def bands(self):
         """Sockets per peer connection."""
-        return TRAIN_SOCKETS if self.mode == "p3kernel" else 1
+        return self.train_bands if self.mode == "p3kernel" else 1
 
     def _plan(self):
         return self._plan_slices() if self.sliced else self._plan_mxnet()
@@ -133,7 +137,7 @@ class Job:
         import p3
         tensors = [p3.Tensor(la["name"], n, i) for i, (la, n) in
                    enumerate(zip(self.profile["layers"], self.layer_bytes))]
-        slices = p3.plan(tensors, bands=TRAIN_BANDS,
+        slices = p3.plan(tensors, bands=self.train_bands,
                          slice_bytes=self.slice_bytes)
         keys = []
         for i, s in enumerate(slices):
@@ -193,7 +197,8 @@ class Job:
         """
         ref = self if self.sliced else Job(
             self.profile, "p3kernel", self.workers, self.servers, self.gbps,
-            self.compute_s, self.model_bytes, self.slice_bytes)
+            self.compute_s, self.model_bytes, self.slice_bytes,
+            self.train_bands)
         r = ref.rate * GOODPUT
         slice_s = (ref.slice_bytes + FRAME_HDR) / r
         compute = sum(ref.fwd) + sum(ref.bwd)

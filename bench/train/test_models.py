@@ -93,7 +93,7 @@ def main():
     lv = [max(k.level for k in j.keys if k.layer == i)
           for i in range(len(j.layer_bytes))]
     t.ok(lv == sorted(lv) and lv[0] == 0 and
-         lv[-1] == job.TRAIN_BANDS - 1,
+         lv[-1] == j.train_bands - 1,
          f"p3kernel levels rise with forward order (0..{lv[-1]})")
     ideal = j.ideal()
     t.ok(ideal["iter_s"] >= max(ideal["compute_s"], ideal["link_s"]),

@@ -297,10 +297,6 @@ struct p3_chan_opts {
 	int		progress;	/* 1: a background thread moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */
-	unsigned int	levels;		/* levels sent, 0 = bands; more: band b
-					 * carries levels b*levels/bands up to
-					 * (b+1)*levels/bands - 1, its socket
-					 * re-tagged with each message's level */
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,

@@ -21,7 +21,6 @@ enum { P3_ROLE_TX = 1, P3_ROLE_RX };
  * the caller's memory, written from there. */
 struct tx_msg {
 	uint64_t		iter;
-	unsigned int		level;		/* its tag: the band's, or one it carries */
 	uint32_t		prio;
 	uint64_t		seq;		/* arrival order breaks ties */
 	size_t			len;		/* bytes on the wire */
@@ -38,8 +37,6 @@ struct tx_msg {
 struct tx_band {
 	int		fd;
 	int		err;		/* sticky: the band is dead */
-	int		tag;		/* level the socket is tagged with */
-	int		lowat;		/* its TCP_NOTSENT_LOWAT while draining, else -1 */
 	size_t		nrefusal;	/* bytes of a refusal read so far */
 	uint8_t		refusal[P3_FRAME_HDR_LEN + P3_REFUSE_LEN];
 	struct tx_msg	*cur;		/* partly written; never preempted */
@@ -101,8 +98,6 @@ struct p3_chan {
 	pthread_t		engine;
 
 	/* sender */
-	unsigned int		levels;		/* == bands unless bands share levels */
-	int			tag_method;
 	struct tx_band		tx[P3_MAX_BANDS];
 	size_t			queued;
 	size_t			max_queued;

@@ -11,8 +11,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -165,77 +163,17 @@ static ssize_t msg_write(int fd, struct tx_msg *m)
 	return n;
 }
 
-static int sock_int(int fd, int opt, int *val, int set)
-{
-	socklen_t len = sizeof(*val);
-
-	if (set ? setsockopt(fd, IPPROTO_TCP, opt, val, len) :
-		  getsockopt(fd, IPPROTO_TCP, opt, val, &len))
-		return -errno;
-	return 0;
-}
-
-/*
- * A band that carries several levels tags its socket with the level of
- * the message it starts; the tag applies to every byte the socket has not
- * sent yet.  Raising it is safe: the qdisc serves a socket's queued
- * packets in order, from the most urgent band among them.  Lowering it
- * would hand the unsent tail of an urgent message to a less urgent band,
- * where it waits behind everything of the levels between, and so does
- * every peer that needs it whole.  So the band drains first: a low
- * watermark of 1 makes poll() report the socket writable only when all
- * is sent.  Returns 1 while draining, 0 when tagged, or -errno.
- */
-static int band_retag(const struct p3_chan *c, struct tx_band *tb, unsigned int level)
-{
-	int unsent, one = 1, err;
-
-	if (tb->tag == (int)level)
-		return 0;
-	if ((int)level > tb->tag) {
-		if (ioctl(tb->fd, SIOCOUTQNSD, &unsent) < 0)
-			return -errno;
-		if (unsent > 0) {
-			if (tb->lowat < 0) {
-				err = sock_int(tb->fd, TCP_NOTSENT_LOWAT, &tb->lowat, 0);
-				if (!err)
-					err = sock_int(tb->fd, TCP_NOTSENT_LOWAT, &one, 1);
-				if (err)
-					return err;
-			}
-			return 1;
-		}
-	}
-	if (tb->lowat >= 0) {
-		err = sock_int(tb->fd, TCP_NOTSENT_LOWAT, &tb->lowat, 1);
-		if (err)
-			return err;
-		tb->lowat = -1;
-	}
-	err = p3_tag_ex(tb->fd, level, c->tag_method, 0);
-	if (!err)
-		tb->tag = (int)level;
-	return err;
-}
-
 /* Write what the socket takes.  Preemption happens here: a message is
  * chosen only when the previous one is completely written. */
 static void band_write(struct p3_chan *c, struct tx_band *tb)
 {
 	ssize_t n;
-	int err;
 
 	while (!tb->err) {
-		if (!tb->cur) {
-			if (!tb->nheap)
-				return;
-			err = band_retag(c, tb, tb->heap[0]->level);
-			if (err < 0)
-				band_fail(c, tb, err);
-			if (err)
-				return;
+		if (!tb->cur)
 			tb->cur = heap_pop(tb);
-		}
+		if (!tb->cur)
+			return;
 		n = msg_write(tb->fd, tb->cur);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -462,17 +400,6 @@ struct tx_spec {
 	int			ref;	/* send from the caller's memory */
 };
 
-/* The band that carries a level, and the first level a band carries. */
-static unsigned int level_band(const struct p3_chan *c, unsigned int level)
-{
-	return (unsigned int)((uint64_t)level * c->bands / c->levels);
-}
-
-static unsigned int band_level(unsigned int band, unsigned int bands, unsigned int levels)
-{
-	return (unsigned int)(((uint64_t)band * levels + bands - 1) / bands);
-}
-
 /* Refuse a batch before any of it is queued: its total wire size, or an
  * error (a band out of range or dead, an unusable slice). */
 static int tx_check(const struct p3_chan *c, struct tx_spec *spec, size_t nspec, size_t *total)
@@ -481,10 +408,10 @@ static int tx_check(const struct p3_chan *c, struct tx_spec *spec, size_t nspec,
 
 	*total = 0;
 	for (i = 0; i < nspec; i++) {
-		if (spec[i].level >= c->levels)
+		if (spec[i].level >= c->bands)
 			return -P3_ELEVEL;
-		if (c->tx[level_band(c, spec[i].level)].err)
-			return c->tx[level_band(c, spec[i].level)].err;
+		if (c->tx[spec[i].level].err)
+			return c->tx[spec[i].level].err;
 		spec[i].size = msg_wire_size(c, spec[i].s, spec[i].n);
 		if (!spec[i].size || spec[i].size > SIZE_MAX / 2 - *total)
 			return -EINVAL;
@@ -546,9 +473,8 @@ static int tx_build(struct p3_chan *c, const struct tx_spec *spec, size_t nspec,
 			err = -ENOMEM;
 			break;
 		}
-		m[i]->level = spec[i].level;
-		msg_encode(c, m[i], level_band(c, spec[i].level), spec[i].s, spec[i].n);
-		need[level_band(c, spec[i].level)]++;
+		msg_encode(c, m[i], spec[i].level, spec[i].s, spec[i].n);
+		need[spec[i].level]++;
 	}
 	for (b = 0; b < c->bands && !err; b++)
 		if (need[b])
@@ -588,12 +514,11 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 		return -ENOMEM;
 	err = tx_build(c, spec, nspec, iter, m);
 	for (i = 0; i < nspec && !err; i++) {
-		b = level_band(c, spec[i].level);
 		m[i]->seq = c->seq++;
-		heap_push(&c->tx[b], m[i]);
+		heap_push(&c->tx[spec[i].level], m[i]);
 		c->queued += m[i]->len;
 		c->refs += m[i]->ref;
-		touched |= 1ull << b;
+		touched |= 1ull << spec[i].level;
 	}
 	free(m);
 	/* Start at once: an idle band should not wait for the next poll. */
@@ -779,7 +704,7 @@ static int band_socket(const struct addrinfo *ai, unsigned int b, const struct p
 		    ai->ai_protocol);
 	if (fd < 0)
 		return -errno;
-	err = p3_tag_ex(fd, band_level(b, o->bands, o->levels), o->tag_method, o->notsent_lowat);
+	err = p3_tag_ex(fd, b, o->tag_method, o->notsent_lowat);
 	if (!err)
 		err = chan_sock_peer_timeout(fd, o->peer_timeout_ms);
 	/* Frames are complete units; Nagle would only hold back a tail. */
@@ -848,8 +773,7 @@ static void close_bands(struct p3_chan *c)
 
 static int check_opts(const struct p3_chan_opts *o)
 {
-	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN ||
-	    o->levels < o->bands || o->levels > P3_MAX_BANDS)
+	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
 		return -EINVAL;
 	return 0;
 }
@@ -868,8 +792,6 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	err = chan_opts_read(&o, opts);
 	if (err)
 		return err;
-	if (!o.levels)
-		o.levels = o.bands;
 	err = check_opts(&o);
 	if (err)
 		return err;
@@ -877,17 +799,8 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	if (err)
 		return err == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
 	c = chan_alloc(P3_ROLE_TX, o.bands, o.chan_id ? o.chan_id : random_id(), o.max_payload);
-	if (c) {
-		unsigned int b;
-
+	if (c)
 		c->cookie = random_id();	/* never the caller's: ids can repeat */
-		c->levels = o.levels;
-		c->tag_method = o.tag_method;
-		for (b = 0; b < o.bands; b++) {
-			c->tx[b].tag = (int)band_level(b, o.bands, o.levels);
-			c->tx[b].lowat = -1;
-		}
-	}
 	err = c ? -ECONNREFUSED : -ENOMEM;
 	for (ai = res; c && ai; ai = ai->ai_next) {
 		err = connect_addr(c, ai, &o);

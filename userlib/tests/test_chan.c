@@ -742,78 +742,6 @@ static void test_receiver_tags(const char *host)
 	p3_listener_close(l);
 }
 
-/* The tag of the sender's socket for band b of tx, found by the local
- * ports of the listener's accepted sockets, or -1. */
-static int sender_tags(int lport, int lfd, int *tags, int n)
-{
-	int fd, peer, got = 0;
-
-	for (fd = 3; fd < 1024 && got < n; fd++) {
-		if (fd == lfd || sock_port(fd, 0) != lport || sock_port(fd, 1) < 0)
-			continue;
-		peer = fd_by_local_port(sock_port(fd, 1), fd);
-		if (peer >= 0)
-			tags[got++] = p3_tag_get(peer, P3_METHOD_DEFAULT);
-	}
-	return got;
-}
-
-/* Two sockets carry six levels: band b the levels 3b..3b+2.  Each message
- * arrives whole on its band, and the band's socket carries the tag of the
- * message it last started; a level beyond the six is refused. */
-static void test_shared_levels(void)
-{
-	static const unsigned int levels[] = { 5, 0, 4, 2 };
-	struct p3_listener *l = listen_any("127.0.0.1", 0);
-	int lport = l ? p3_listener_port(l) : -1, lfd = l ? p3_listener_fd(l) : -1;
-	struct p3_chan_opts o;
-	struct p3_chan *tx = NULL, *rx = NULL;
-	struct tensor t[4];
-	int tags[2] = { -1, -1 }, done = 0, err, guards, ntags;
-	size_t i;
-
-	p3_chan_opts_init(&o);
-	o.bands = 2;
-	o.levels = 6;
-	err = p3_chan_connect("127.0.0.1", port, &o, &tx);
-	ok(!err && !p3_accept(l, 5000, &rx), "a 2-band channel carrying 6 levels (%s)",
-	   p3_strerror(err));
-	for (i = 0; i < 4; i++) {
-		t[i] = (struct tensor){ .id = (uint32_t)i, .size = 20000,
-					.mem = guarded(20000) };
-		fill_pattern(t[i].mem + GUARD, t[i].size, t[i].id, 0);
-		err = tx ? p3_chan_send(tx, levels[i], 0, 0, t[i].id, 0, t[i].mem + GUARD,
-					t[i].size, -1) : -1;
-		if (err)
-			break;
-	}
-	ok(!err, "levels 5, 0, 4 and 2 queued");
-	for (i = 0; rx && i < 4; i++) {
-		memset(t[i].mem + GUARD, 0, t[i].size);
-		p3_chan_expect(rx, t[i].id, t[i].mem + GUARD, t[i].size, 0);
-	}
-	while (rx && p3_chan_pending(rx) && p3_chan_poll(rx, 10) >= 0) {
-		p3_chan_poll(tx, 0);
-		while (p3_chan_next(rx, &(struct p3_completion){ 0 }) == 1)
-			done++;
-	}
-	ok(done == 4 && verify(t, 4, 0, &guards) && guards,
-	   "every message delivered byte-exact (%d of 4)", done);
-	ntags = sender_tags(lport, lfd, tags, 2);
-	ok(ntags == 2 && ((tags[0] == 2 && tags[1] == 4) || (tags[0] == 4 && tags[1] == 2)),
-	   "each socket tagged with its last message's level (%d, %d; want 2 and 4)", tags[0],
-	   tags[1]);
-	err = tx ? p3_chan_send(tx, 6, 0, 0, 9, 0, "x", 1, 0) : 0;
-	ok(err == -P3_ELEVEL, "level 6 of 6 refused (%s)", p3_strerror(err));
-	o.levels = 1;
-	ok(p3_chan_connect("127.0.0.1", port, &o, &(struct p3_chan *){ NULL }) == -EINVAL,
-	   "fewer levels than bands refused");
-	p3_chan_close(tx);
-	p3_chan_close(rx);
-	p3_listener_close(l);
-	free_tensors(t, 4);
-}
-
 int main(void)
 {
 	test_random_tensors("127.0.0.1", 4, 300, 1234);
@@ -828,6 +756,5 @@ int main(void)
 	test_send_ref_changed();
 	test_receiver_tags("127.0.0.1");
 	test_receiver_tags("::1");
-	test_shared_levels();
 	return tap_done();
 }

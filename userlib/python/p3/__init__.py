@@ -101,7 +101,7 @@ class _ChanOpts(ctypes.Structure):
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
                 ('timeout_ms', _int), ('progress', _int),
-                ('peer_timeout_ms', _int), ('levels', _uint)]
+                ('peer_timeout_ms', _int)]
 
 
 class _BufRef(ctypes.Structure):
@@ -435,11 +435,10 @@ class _Buf:
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
           max_payload=16 << 20, timeout=10.0, progress=True,
-          peer_timeout=30.0, levels=None):
+          peer_timeout=30.0):
     o = _ChanOpts()
     _opts_init(ctypes.byref(o))
     o.bands = int(bands)
-    o.levels = int(levels or 0)     # 0: one level per band
     o.tag_method = _method(method)
     o.chan_id = int(chan_id)
     o.max_queued = int(max_queued)
@@ -474,10 +473,9 @@ class Channel:
                 method: Optional[str] = None, chan_id: int = 0,
                 max_queued: int = 64 << 20, max_payload: int = 16 << 20,
                 timeout: Timeout = 10.0, progress: bool = True,
-                peer_timeout: Timeout = 30.0,
-                levels: Optional[int] = None) -> 'Channel':
+                peer_timeout: Timeout = 30.0) -> 'Channel':
         o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
-                  progress, peer_timeout, levels)
+                  progress, peer_timeout)
         h = _vp()
         _check(_connect(str(host).encode(), str(port).encode(),
                         ctypes.byref(o), ctypes.byref(h)), 'connect')
