@@ -34,7 +34,7 @@ SLICE_BYTES = 4096
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 # p3kernel's levels: bands 0..7, one socket each per peer; band 8 is left
 # to untagged traffic (the default band).  libp3's default too: eight were
-# 1-2% faster than fifteen at VGG-19's network-bound points in four boots
+# 0.8-3.7% faster than fifteen at VGG-19's 2 Gbit/s point in four boots
 # (docs/benchmarks.md, "Why the kernel mode trails").
 TRAIN_BANDS = 8
 FRAME_HDR = 40                      # libp3's per-frame header
