@@ -20,8 +20,8 @@ import time
 
 from p3lib import (FORWARDED, PORT, RADDR, RADDR6, RTR, SDEV, SND, Sink,
                    add_selection_args, class_stats, diff_bands, no_ipv6, p3t,
-                   parse_rate, qdisc_json, router, run_tests, sh, tc,
-                   tcp_rate, tcp_span, teardown, topology, udpflood)
+                   parse_rate, qdisc_json, qdisc_sent, router, run_tests, sh,
+                   tc, tcp_rate, tcp_span, teardown, topology, udpflood)
 
 # Low enough that the link, not the emulated CPU, is the bottleneck even
 # on a busy 2-core host; --rate lowers it for slower kernels (the debug
@@ -389,18 +389,22 @@ def test_own_rate(chk):
     sink = Sink()
     bulk = start_bulk(4)
     wait_backlog()
-    b0, t0 = qdisc_json()["bytes"], time.monotonic()
-    time.sleep(3)
-    q1, t1 = qdisc_json(), time.monotonic()
+    sent, window, slack = qdisc_sent(3)
+    q1 = qdisc_json()
     stop(bulk)
     sink.stop()
-    b1 = q1["bytes"]
-    got = (b1 - b0) * 8 / (t1 - t0)
-    chk.note(f"wire rate {got / 1e6:.2f} Mbit/s for rate "
-             f"{want / 1e6:.2f} Mbit/s ({got / want:.3f})")
+    got = sent * 8 / window
+    # The 1% is the pacer's; the window's ends are known to within slack.
+    bound = 0.01 + slack / window
+    chk.note(f"wire rate {got / 1e6:.3f} Mbit/s for rate "
+             f"{want / 1e6:.3f} Mbit/s ({got / want:.4f}) over "
+             f"{window:.3f} s +- {slack * 1e3:.1f} ms")
     chk.expect(q1["qlen"] > 0, "premise: the queue ran dry, so the "
                "senders, not the pacer, set the rate")
-    chk.expect(abs(got / want - 1) <= 0.02, "rate off by more than 2%")
+    chk.expect(slack / window < 0.01, "premise: the counter reads took "
+               "too long to time the window to 1%")
+    chk.expect(abs(got / want - 1) <= bound,
+               f"rate off by more than {bound:.2%}")
 
 
 def test_own_rate_small_urgent(chk):

@@ -8,6 +8,7 @@ traffic never leaves the VM's own namespaces.
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -257,6 +258,35 @@ def qdisc_json(dev=SDEV, ns=SND, kind="p3"):
             q.setdefault("xstats", q)
             return q
     raise RuntimeError(f"no {kind} qdisc on {dev}")
+
+
+# Reads the qdisc's byte counter twice, inside the namespace, by netlink
+# from one process: each read is stamped between the clock before and
+# after it, a few ms apart.  Timing `tc -s` from outside would add an exec
+# of tens of ms under TCG to each end of the window.
+_RATE_PROBE = """
+import sys, time
+sys.path.insert(0, {lib!r})
+import p3
+def read():
+    before = time.monotonic()
+    sent = p3.qdisc_stats({dev!r})["total"]["bytes"]
+    return sent, before, time.monotonic()
+b0, a0, z0 = read()
+time.sleep({seconds!r})
+b1, a1, z1 = read()
+print(b1 - b0, (a1 + z1 - a0 - z0) / 2, (z1 - a1 + z0 - a0) / 2)
+"""
+
+
+def qdisc_sent(seconds, dev=SDEV, ns=SND):
+    """Bytes the root qdisc of @dev sends in about @seconds: (bytes,
+    window in s, how far the window's ends may be off, in s)."""
+    code = _RATE_PROBE.format(lib=os.path.join(HERE, "..", "userlib", "python"),
+                              dev=dev, seconds=seconds)
+    sent, window, slack = sh(f"{sys.executable} -c {shlex.quote(code)}",
+                             ns=ns).split()
+    return int(sent), float(window), float(slack)
 
 
 def diff_bands(after, before):
