@@ -282,8 +282,8 @@ print(b1 - b0, (a1 + z1 - a0 - z0) / 2, (z1 - a1 + z0 - a0) / 2)
 def qdisc_sent(seconds, dev=SDEV, ns=SND):
     """Bytes the root qdisc of @dev sends in about @seconds: (bytes,
     window in s, how far the window's ends may be off, in s)."""
-    code = _RATE_PROBE.format(lib=os.path.join(HERE, "..", "userlib", "python"),
-                              dev=dev, seconds=seconds)
+    lib = os.path.join(HERE, "..", "userlib", "python")
+    code = _RATE_PROBE.format(lib=lib, dev=dev, seconds=seconds)
     sent, window, slack = sh(f"{sys.executable} -c {shlex.quote(code)}",
                              ns=ns).split()
     return int(sent), float(window), float(slack)

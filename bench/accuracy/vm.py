@@ -21,7 +21,6 @@ bench/accuracy/run.sh --vm (which boots the VM); inside it:
   bench/accuracy/vm.py [--epochs N] [--rate R] [--qdeadline US] [--loss L]
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -66,14 +65,8 @@ def shape(args, netem):
 
 def p3_drops(ns, dev):
     """drops_deadline and all of p3's drops on ns's dev."""
-    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j",
-                          "qdisc", "show", "dev", dev], check=True,
-                         text=True, capture_output=True).stdout
-    for q in json.loads(out):
-        if q.get("kind") == "p3":
-            # tc prints a qdisc's xstats beside its other counters.
-            return q.get("drops_deadline", 0), q.get("drops", 0)
-    return 0, 0
+    q = p3lib.qdisc_json(dev, ns)
+    return q["xstats"].get("drops_deadline", 0), q.get("drops", 0)
 
 
 def train(args, extra):
