@@ -7,6 +7,8 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
 
   - it ends, with every timed step recorded and rank 0's parameters equal
     to rank 1's, bit for bit (the same averaged gradient reached both);
+  - p3.torch took 7 levels, so that none shares band 7, where the qdisc's
+    defaults put untagged traffic (Gloo, an upload);
   - its gradient slices reached the qdisc tagged by level: band 0 (the
     first convolutions) and at least four bands in all carried packets on
     each host, and the most urgent band carried fewer bytes than the
@@ -60,6 +62,9 @@ def main():
                "p3.torch, schedule p3 over sch_p3: the job ends, the ranks agree",
                f"took {took:.0f} s; steps {r.get('steps')}; "
                f"ranks' parameters equal: {r.get('params_equal')} {err}")
+    tap.result(r.get("levels") == 7,
+               "p3.torch keeps its levels above the qdisc's default band",
+               f"levels {r.get('levels')} (want 7: bands 8, default 7)")
     for ns in HOSTS:
         b = stats.get(ns, {})
         used = sorted(k for k, v in b.items() if v["pkts"])

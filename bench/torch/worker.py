@@ -55,7 +55,7 @@ BULK_PORT = 5301
 BURST_PORT = 5302
 QLIMIT = 1000
 P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
-BANDS = 8           # p3.torch's default; p3dlcp's datagrams use 8 more
+BANDS = 8           # p3.torch's most levels; p3dlcp's datagrams use 8 more
 
 
 def shape(mode, pressure, args):
@@ -221,7 +221,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             extra = dict(sparsify='slimdp')
         opt = p3t.DistributedOptimizer(
             opt, model, schedule='fifo' if mode == 'fifo' else 'p3',
-            timeout=120, **extra)
+            bands=args.bands, timeout=120, **extra)
     up = Bulk(peer) if bulk else None
     bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
                      args.burst_level, 11 + rank)
@@ -243,7 +243,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                 mode, '+bulk' if bulk else '', pressure, i + 1,
                 args.warmup + args.iters, time.monotonic() - t0),
                 file=sys.stderr, flush=True)
-    overlap, stats = [], None
+    overlap, stats, levels = [], None, None
     if mode != 'compute':
         opt.synchronize()
         done = opt.exchange_done
@@ -254,6 +254,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             f0, f1 = fwd[i]
             overlap.append(max(0.0, min(done[i - 1], f1) - f0) / (f1 - f0))
         stats = opt.stats()
+        levels = opt.levels
         opt.close()
     same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
@@ -269,7 +270,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
-            'spare_band': args.spare_band,
+            'spare_band': args.spare_band, 'levels': levels,
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
             'params_equal': same, 'ranks': every,
@@ -303,6 +304,9 @@ def main():
                     help='p3 level of the bursts; -1: untagged')
     ap.add_argument('--spare-band', action='store_true',
                     help='one more qdisc band, for untagged traffic alone')
+    ap.add_argument('--bands', type=int,
+                    help="p3.torch's levels (default: its own choice, 8 or "
+                    "fewer to stay above the qdisc's default band)")
     ap.add_argument('--loss-tolerance', type=float, default=0.01)
     ap.add_argument('--deadline', type=float, default=0.005,
                     help="p3dlcp: p3.torch's deadline (s)")

@@ -315,6 +315,7 @@ def main():
        '(timeout 10 s): %s' % (r0.get('error'), took, r0.get('message', '')))
     launcher_mends_std()
     forward_order_levels()
+    levels_above_untagged()
     accuracy()
     print('1..%d' % n)
     return 1 if failed else 0
@@ -351,6 +352,31 @@ def forward_order_levels():
         ok(level0 and all(n.startswith(first) for n in level0),
            'layout %s: level 0 carries %s' % (
                'by forward_order' if fwd else 'by registration', sorted(level0)))
+
+
+def levels_above_untagged():
+    """bands=None: the job's levels stay above the band the local p3
+    qdisc gives untagged traffic, and the ranks agree on the fewest."""
+    import torch.distributed as dist
+    from p3 import torch as p3t
+    real = p3t._local_p3_qdisc
+    try:
+        for default, want in ((None, 8), (7, 7), (3, 3), (0, 8), (16, 8)):
+            p3t._local_p3_qdisc = (lambda d=default: None if d is None else
+                                   ('eth0', {'options': {'bands': d + 1,
+                                                         'default': d}}))
+            got = p3t._free_levels()
+            ok(got == want, 'levels: %s leaves %d levels to the job (want %d)'
+               % ('no p3 qdisc' if default is None else
+                  'a p3 qdisc whose default band is %d' % default, got, want))
+        store = dist.HashStore()
+        store.set('lv/1', '5')          # rank 1's host leaves 5 levels
+        p3t._local_p3_qdisc = lambda: None
+        got = p3t._agreed_levels(store, 'lv', 0, 2)
+        ok(got == 5, 'levels: rank 0 (8 free) and rank 1 (5 free) agree '
+           'on %d (want 5)' % got)
+    finally:
+        p3t._local_p3_qdisc = real
 
 
 def digits(*args):

@@ -103,7 +103,36 @@ def broadcast_parameters(state, root_rank=0):
             dist.broadcast(t.data, root_rank)
 
 
+DEFAULT_LEVELS = 8
 _warned = []
+
+
+def _local_p3_qdisc():
+    """(interface, p3.qdisc_stats) of the first interface whose root is a
+    p3 qdisc, or None."""
+    for _, name in socket.if_nameindex():
+        try:
+            return name, p3.qdisc_stats(name)
+        except p3.Error:
+            continue
+    return None
+
+
+def _free_levels():
+    """How many levels this host's p3 qdisc keeps above its default band.
+    Untagged traffic (an upload, a checkpoint) goes to that band, and a
+    job level there would share its FIFO with it: with the qdisc's
+    defaults (8 bands, default 7) the job takes levels 0..6."""
+    found = _local_p3_qdisc()
+    default = found[1]['options'].get('default') if found else None
+    return min(DEFAULT_LEVELS, default) if default else DEFAULT_LEVELS
+
+
+def _agreed_levels(store, key, rank, world):
+    """Every rank plans the same layout, so all take the fewest levels any
+    rank's host leaves free (store.get is bounded by the store's timeout)."""
+    store.set('%s/%d' % (key, rank), str(_free_levels()))
+    return min(int(store.get('%s/%d' % (key, q))) for q in range(world))
 
 
 def _warn_if_no_qdisc(tolerant=None):
@@ -114,25 +143,23 @@ def _warn_if_no_qdisc(tolerant=None):
     if _warned:
         return
     _warned.append(True)
-    for _, name in socket.if_nameindex():
-        try:
-            st = p3.qdisc_stats(name)
-        except p3.Error:
-            continue
-        if tolerant and not all(
-                b < len(st['bands']) and st['bands'][b]['deadline_us']
-                for b in range(tolerant[0], tolerant[1] + 1)):
-            warnings.warn(
-                'p3.torch: loss_tolerance: the p3 qdisc on %s has no '
-                'deadline on bands %d..%d, where the datagrams go; they '
-                'wait like reliable packets (tc class change dev %s '
-                'classid H:K p3 deadline 5ms, docs/torch.md)'
-                % (name, tolerant[0], tolerant[1], name), RuntimeWarning,
-                stacklevel=3)
+    found = _local_p3_qdisc()
+    if found is None:
+        warnings.warn('p3.torch: no network interface has the p3 qdisc; '
+                      'the kernel is not enforcing P3 order (tc qdisc add dev '
+                      'DEV root p3)', RuntimeWarning, stacklevel=3)
         return
-    warnings.warn('p3.torch: no network interface has the p3 qdisc; '
-                  'the kernel is not enforcing P3 order (tc qdisc add dev '
-                  'DEV root p3)', RuntimeWarning, stacklevel=3)
+    name, st = found
+    if tolerant and not all(
+            b < len(st['bands']) and st['bands'][b]['deadline_us']
+            for b in range(tolerant[0], tolerant[1] + 1)):
+        warnings.warn(
+            'p3.torch: loss_tolerance: the p3 qdisc on %s has no '
+            'deadline on bands %d..%d, where the datagrams go; they '
+            'wait like reliable packets (tc class change dev %s '
+            'classid H:K p3 deadline 5ms, docs/torch.md)'
+            % (name, tolerant[0], tolerant[1], name), RuntimeWarning,
+            stacklevel=3)
 
 
 def _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
@@ -205,9 +232,14 @@ class DistributedOptimizer:
     reliable_fraction (default 0.01), over the reliable channel.  A
     slice's datagrams complete once none came for deadline seconds
     (default 0.005); above loss_tolerance of its bytes missing, the
-    missing chunks are fetched again, reliably."""
+    missing chunks are fetched again, reliably.
 
-    def __init__(self, optimizer, model, schedule='p3', bands=8,
+    bands: the job's levels.  By default 8, or fewer where a rank's host
+    has a p3 qdisc whose default band (where untagged traffic goes) is 7
+    or less, so that every level stays above that band.  The ranks agree
+    on the fewest."""
+
+    def __init__(self, optimizer, model, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
                  forward_order=None, sparsify=None, keep=None, explore=None,
                  residual=True, loss_tolerance=None, deadline=None,
@@ -223,8 +255,12 @@ class DistributedOptimizer:
                                           0.02 if explore is None else explore)
         nbands = bands if schedule == 'p3' else 1
         lossy = _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
-                                   sparsify, nbands)
+                                   sparsify, nbands or DEFAULT_LEVELS)
         st = _need()
+        if nbands is None:
+            nbands = _agreed_levels(st['store'],
+                                    'p3t/levels%d' % (st['meshes'] + 1),
+                                    st['rank'], st['size'])
         self._opt = optimizer
         self._schedule = schedule
         self._timeout = st['timeout'] if timeout is None else timeout
@@ -238,8 +274,9 @@ class DistributedOptimizer:
                     raise ValueError('p3.torch: the optimizer holds a parameter '
                                      'that is not in the model')
         sizes = [p.numel() * p.element_size() for p in self._params]
+        self.levels = nbands
         self._layout = Layout(sizes, st['size'], schedule,
-                              bands if schedule == 'p3' else 1, slice_bytes,
+                              nbands, slice_bytes,
                               fwd=_forward_ranks(self._params, forward_order))
         sparse = SlimDP(self._layout, np_dtypes(self._params), keep, explore,
                         residual) if sparsify else None
