@@ -4,9 +4,12 @@
 
   bench/torch/report.py [--png OUT.png] RESULTS.jsonl
 
-Per mode, with and without the upload: the median step time, its speedup
-over fifo (same upload setting), p3kernel against p3user, and the median
-share of each forward pass that overlapped the previous step's exchange.
+Per mode, with and without the upload: the mean step time (wall time per
+step: the throughput; steps can alternate between fast and slow, where a
+median would pick one of the two), its median and range, its speedup over
+fifo (same upload setting), p3kernel against p3user, the median share of
+each forward pass that overlapped the previous step's exchange, and how
+much the upload moved.
 With runs under --pressure or of p3dlcp/slimdp, a second table: per
 pressure and mode, the median and the slowest step (p99 = max: a run has
 far fewer than 100 steps), both against reliable P3 (p3kernel) under the
@@ -41,35 +44,52 @@ def median(xs):
     return statistics.median(xs) if xs else float('nan')
 
 
+def mean(xs):
+    return statistics.fmean(xs) if xs else float('nan')
+
+
+def shaped_run(runs):
+    """A run whose links were shaped (with --comm-ratio, compute's were
+    not: its steps set the rate)."""
+    return next((r for r in runs.values() if r['mbit'] is not None),
+                next(iter(runs.values())))
+
+
 def table(runs):
-    any_run = next(iter(runs.values()))
+    any_run = shaped_run(runs)
     lines = ['%d ranks x batch %d, VGG-shaped model of %.1f MB (%.0f%% in '
-             'convolutions), %d Mbit/s links' % (
+             'convolutions), %.1f Mbit/s links' % (
                  2, any_run['batch'], any_run['bytes'] / 1e6,
                  100 * any_run['conv_share'], any_run['mbit']), '',
-             '| mode | upload | step (s) | speedup over fifo | forward overlapped |',
-             '|---|---|---|---|---|']
+             '| mode | upload | step, mean (s) | median (s) | range (s) | '
+             'speedup over fifo | forward overlapped | upload moved (MB) |',
+             '|---|---|---:|---:|---|---:|---:|---:|']
     if ('compute', 0, 'none') in runs:
-        lines.append('| %s | no | %.2f | | |' % (
-            LABEL['compute'], median(runs[('compute', 0, 'none')]['steps'])))
+        c = runs[('compute', 0, 'none')]['steps']
+        lines.append('| %s | no | %.2f | %.2f | %.2f–%.2f | | | |' % (
+            LABEL['compute'], mean(c), median(c), min(c), max(c)))
     for bulk in (0, 1):
         base = runs.get(('fifo', bulk, 'none'))
         for m in MODES:
             r = runs.get((m, bulk, 'none'))
             if not r:
                 continue
-            t = median(r['steps'])
-            sp = median(base['steps']) / t if base else float('nan')
-            lines.append('| %s | %s | %.2f | %.2fx | %.0f%% |' % (
-                LABEL[m], 'yes' if bulk else 'no', t, sp,
-                100 * median(r['fwd_overlap'])))
+            t = mean(r['steps'])
+            sp = mean(base['steps']) / t if base else float('nan')
+            lines.append('| %s | %s | %.2f | %.2f | %.2f–%.2f | %.2fx | %.0f%% '
+                         '| %s |' % (
+                             LABEL[m], 'yes' if bulk else 'no', t,
+                             median(r['steps']), min(r['steps']),
+                             max(r['steps']), sp,
+                             100 * median(r['fwd_overlap']),
+                             '%.0f' % (r['bulk_bytes'] / 1e6) if bulk else ''))
     for bulk in (0, 1):
         k = runs.get(('p3kernel', bulk, 'none'))
         u = runs.get(('p3user', bulk, 'none'))
         if k and u:
             lines.append('\np3 + sch_p3 against p3 in user space only, %s upload: '
-                         '%.2fx' % ('with' if bulk else 'without',
-                                    median(u['steps']) / median(k['steps'])))
+                         '%.2fx (means)' % ('with' if bulk else 'without',
+                                            mean(u['steps']) / mean(k['steps'])))
     return '\n'.join(lines)
 
 
@@ -92,9 +112,9 @@ def counters(r):
 
 
 def pressure_table(runs):
-    any_run = next(iter(runs.values()))
+    any_run = shaped_run(runs)
     d = next((r for r in runs.values() if r['mode'] == 'p3dlcp'), None)
-    lines = ['%d Mbit/s; %s%s' % (
+    lines = ['%.1f Mbit/s; %s%s' % (
         any_run['mbit'], 'bounded loss: loss_tolerance %g, deadline %g s, '
         'qdisc deadline %g s; ' % (d['loss_tolerance'], d['deadline'],
                                    d['qdeadline']) if d else '',
@@ -172,17 +192,17 @@ def plot(runs, png):
             if not r:
                 continue
             xs.append(i + (j - 0.5) * width)
-            ys.append(median(r['steps']))
+            ys.append(mean(r['steps']))
             errs.append([[ys[-1] - min(r['steps'])], [max(r['steps']) - ys[-1]]])
         ax.bar(xs, ys, width, label='with upload' if bulk else 'alone',
                yerr=[[e[0][0] for e in errs], [e[1][0] for e in errs]],
                capsize=3)
     if ('compute', 0, 'none') in runs:
-        ax.axhline(median(runs[('compute', 0, 'none')]['steps']), ls='--', c='grey',
+        ax.axhline(mean(runs[('compute', 0, 'none')]['steps']), ls='--', c='grey',
                    label='compute alone')
     ax.set_xticks(range(len(MODES)))
     ax.set_xticklabels([LABEL[m] for m in MODES])
-    ax.set_ylabel('step time (s), median; bars: min-max')
+    ax.set_ylabel('step time (s), mean; bars: min-max')
     ax.set_title('Real PyTorch training, 2 ranks, VGG-shaped model (TCG VM)')
     ax.legend(fontsize=8)
     fig.tight_layout()

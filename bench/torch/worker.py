@@ -58,6 +58,22 @@ P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
 BANDS = 8           # p3.torch's most levels; p3dlcp's datagrams use 8 more
 
 
+def kbit(args):
+    return round(args.mbit * 1000)
+
+
+def balance_rate(compute_steps, model, args):
+    """--comm-ratio: the link rate (Mbit/s) at which one step's exchange
+    takes comm_ratio times a compute-only step, that of the slower rank.
+    Each rank sends 2 (n-1)/n of the model a step: its pushes to the other
+    owners and its averages back to the other ranks."""
+    every = [None] * p3t.size()
+    dist.all_gather_object(every, sum(compute_steps) / len(compute_steps))
+    n = p3t.size()
+    bits = 8 * describe(model)['bytes'] * 2 * (n - 1) / n
+    return bits / (args.comm_ratio * max(every)) / 1e6
+
+
 def shape(mode, pressure, args):
     """This host's egress: p3 pacing at the rate, or tbf over a pfifo;
     under netem when the pressure is loss."""
@@ -77,15 +93,15 @@ def shape(mode, pressure, args):
         # Untagged traffic goes to the least urgent band; --spare-band
         # gives it one of its own instead of the job's least urgent level.
         bands += args.spare_band
-        cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dmbit '
-                 'bands %d\n' % (at, h, QLIMIT, args.mbit, bands))
+        cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dkbit '
+                 'bands %d\n' % (at, h, QLIMIT, kbit(args), bands))
         for k in range(BANDS + 1, bands + 1 - args.spare_band):  # hex minors
             cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
                      % (h, k, round(args.qdeadline * 1e6)))
     else:
-        cmds += ('qdisc add dev eth0 %s handle %s: tbf rate %dmbit burst 16kb '
+        cmds += ('qdisc add dev eth0 %s handle %s: tbf rate %dkbit burst 16kb '
                  'latency 10s\nqdisc add dev eth0 parent %s:1 handle %s: pfifo '
-                 'limit %d\n' % (at, h, args.mbit, h, sub, QLIMIT))
+                 'limit %d\n' % (at, h, kbit(args), h, sub, QLIMIT))
     subprocess.run(['tc', '-batch', '-'], input=cmds, text=True, check=True)
 
 
@@ -313,7 +329,11 @@ def main():
     ap.add_argument('--qdeadline', type=float,
                     help='p3dlcp: the qdisc bands\' deadline (s); default '
                     '--deadline')
-    ap.add_argument('--mbit', type=int, default=100)
+    ap.add_argument('--mbit', type=float, default=100)
+    ap.add_argument('--comm-ratio', type=float,
+                    help='instead of --mbit: the rate at which a step\'s '
+                    'exchange takes this many compute-only steps, measured '
+                    'first in this boot (--modes must start with compute)')
     ap.add_argument('--batch', type=int, default=16)
     ap.add_argument('--iters', type=int, default=8)
     ap.add_argument('--warmup', type=int, default=2)
@@ -327,6 +347,10 @@ def main():
     args = ap.parse_args()
     if args.qdeadline is None:
         args.qdeadline = args.deadline
+    if args.comm_ratio and not (args.modes.startswith('compute') and
+                                args.pressure.startswith('none')):
+        ap.error('--comm-ratio measures the compute mode first: --modes '
+                 'must start with compute, --pressure with none')
 
     torch.set_num_threads(1)        # one vCPU per rank
     p3t.init(timeout=120)
@@ -344,6 +368,13 @@ def main():
                     continue
                 r = run_mode(mode, bulk, pressure, args, model, x, y,
                              args.peer)
+                if mode == 'compute' and args.comm_ratio and pressure == 'none':
+                    args.mbit = balance_rate(r['steps'], model, args)
+                    r['mbit'] = None        # ran unshaped
+                    if p3t.rank() == 0:
+                        print('# --comm-ratio %g: links at %.2f Mbit/s' % (
+                            args.comm_ratio, args.mbit), file=sys.stderr,
+                            flush=True)
                 if p3t.rank() == 0:
                     r.update(describe(model))
                     with open(args.out, 'a') as f:
