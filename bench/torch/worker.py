@@ -128,6 +128,29 @@ def qdisc_drops():
     return res
 
 
+class LinkSampler:
+    """eth0's transmitted bytes every 20 ms (the veth counts a packet when
+    the qdisc hands it over: what the link carried), for --timeline."""
+    PERIOD = 0.02
+
+    def __init__(self):
+        self.samples = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        with open('/sys/class/net/eth0/statistics/tx_bytes') as f:
+            while not self.stop.wait(self.PERIOD):
+                f.seek(0)
+                self.samples.append((time.monotonic(), int(f.read())))
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+        return self.samples
+
+
 class Bulk:
     """An upload that never ends: one untagged TCP flow to the peer."""
 
@@ -242,7 +265,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
                      args.burst_level, 11 + rank)
               if pressure == 'burst' else None)
-    steps, fwd, t_prev = [], [], None
+    link = LinkSampler() if args.timeline and mode != 'compute' else None
+    steps, fwd, phases, t_prev = [], [], [], None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
         if t_prev is not None and i > args.warmup:
@@ -253,7 +277,9 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
         out = model(x)
         fwd.append((f0, time.monotonic()))
         F.cross_entropy(out, y).backward()
+        b1 = time.monotonic()
         opt.step()
+        phases.append((t0, f0, fwd[-1][1], b1, time.monotonic()))
         if args.progress and rank == 0:
             print('# %s%s+%s: step %d/%d, %.2f s' % (
                 mode, '+bulk' if bulk else '', pressure, i + 1,
@@ -272,6 +298,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
         stats = opt.stats()
         levels = opt.levels
         opt.close()
+    timeline = ({'link': link.close(), 'phases': phases,
+                 'exchange_done': done} if link else None)
     same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
     if up:
@@ -289,6 +317,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             'spare_band': args.spare_band, 'levels': levels,
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
+            'timeline': timeline,
             'params_equal': same, 'ranks': every,
             'loss': args.loss if pressure == 'loss' else None,
             'deadline': args.deadline if mode == 'p3dlcp' else None,
@@ -340,6 +369,9 @@ def main():
     ap.add_argument('--peer', required=True, help="the other rank's address")
     ap.add_argument('--out', required=True)
     ap.add_argument('--progress', action='store_true')
+    ap.add_argument('--timeline', action='store_true',
+                    help="record eth0's transmitted bytes every 20 ms and "
+                    "each step's phases (bench/torch/timeline.py reads them)")
     ap.add_argument('--check-params', action='store_true',
                     help='after each mode, compare the ranks\' parameters')
     ap.add_argument('--no-shape', action='store_true',
