@@ -4,8 +4,13 @@
 # ranks in network namespaces of one VM boot, on shaped links: fifo, p3 in
 # user space only, p3 with the sch_p3 qdisc, each alone and beside a bulk
 # upload.  Prints the table, writes build/bench-torch/{results.jsonl,
-# torch.png}.  Worker options pass through, e.g.:
-#   bench/torch/run.sh --mbit 100 --batch 16 --iters 8
+# torch.png}.  Worker options pass through, e.g. the run in
+# docs/benchmarks.md (links shaped so that a step's exchange takes 1.1
+# compute-only steps of this boot):
+#   bench/torch/run.sh --comm-ratio 1.1 --iters 12 --warmup 1 \
+#       --modes compute,fifo,p3user,p3kernel
+# or at a fixed rate, recording the link for bench/torch/timeline.py:
+#   bench/torch/run.sh --mbit 10 --bulk 0 --modes fifo,p3user,p3kernel --timeline
 # or, bounded loss and Slim-DP beside microbursts and under netem loss
 # (docs/benchmarks.md, "DLCP and Slim-DP under pressure"):
 #   bench/torch/run.sh --mbit 10 --iters 6 --warmup 1 --bulk 0 \

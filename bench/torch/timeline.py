@@ -73,7 +73,7 @@ def table(runs):
         for k in range(len(PHASES)):
             d = statistics.fmean(s[k][1] for s in st)
             u = statistics.fmean(s[k][1] * s[k][2] for s in st) / d
-            cells.append('%.2f, %.0f%%, %.2f' % (d, 100 * u, d * (1 - u)))
+            cells.append('%.2f, %.0f%%, %.2f' % (d, 100 * u, d * max(0.0, 1 - u)))
         lines.append('| %s | %s | %.2f | %.0f%% | %s |' % (
             r['mode'], 'yes' if r['bulk'] else 'no', step, 100 * busy,
             ' | '.join(cells)))
