@@ -55,12 +55,16 @@ def shaped_run(runs):
                 next(iter(runs.values())))
 
 
+def rate_text(r):
+    return 'unshaped' if r['mbit'] is None else '%.1f Mbit/s' % r['mbit']
+
+
 def table(runs):
     any_run = shaped_run(runs)
     lines = ['%d ranks x batch %d, VGG-shaped model of %.1f MB (%.0f%% in '
-             'convolutions), %.1f Mbit/s links' % (
+             'convolutions), %s links' % (
                  2, any_run['batch'], any_run['bytes'] / 1e6,
-                 100 * any_run['conv_share'], any_run['mbit']), '',
+                 100 * any_run['conv_share'], rate_text(any_run)), '',
              '| mode | upload | step, mean (s) | median (s) | range (s) | '
              'speedup over fifo | forward overlapped | upload moved (MB) |',
              '|---|---|---:|---:|---|---:|---:|---:|']
@@ -114,8 +118,8 @@ def counters(r):
 def pressure_table(runs):
     any_run = shaped_run(runs)
     d = next((r for r in runs.values() if r['mode'] == 'p3dlcp'), None)
-    lines = ['%.1f Mbit/s; %s%s' % (
-        any_run['mbit'], 'bounded loss: loss_tolerance %g, deadline %g s, '
+    lines = ['%s; %s%s' % (
+        rate_text(any_run), 'bounded loss: loss_tolerance %g, deadline %g s, '
         'qdisc deadline %g s; ' % (d['loss_tolerance'], d['deadline'],
                                    d['qdeadline']) if d else '',
         'untagged traffic in a band of its own' if any_run.get('spare_band')

@@ -20,6 +20,9 @@ import json
 import statistics
 
 PHASES = ('forward', 'backward', 'step() and the rest')
+# A phase shorter than two of the worker's 20-ms samples has no busy share
+# worth printing: it is interpolation.
+SHORTEST = 0.04
 
 
 def sent_between(link, t0, t1):
@@ -50,7 +53,8 @@ def steps(r):
     cap = r['mbit'] * 1e6 / 8               # bytes per second at the rate
     out = []
     for i in range(first_timed(r), len(ph) - 1):
-        t0, f0, f1, b1, _ = ph[i]
+        # zero_grad (from the step's start to f0) is left out: microseconds.
+        _, f0, f1, b1, _ = ph[i]
         bounds = (f0, f1, b1, ph[i + 1][0])
         out.append([(PHASES[k], bounds[k + 1] - bounds[k],
                      sent_between(link, bounds[k], bounds[k + 1]) /
@@ -72,6 +76,9 @@ def table(runs):
         cells = []
         for k in range(len(PHASES)):
             d = statistics.fmean(s[k][1] for s in st)
+            if d < SHORTEST:
+                cells.append('%.2f, –, –' % d)
+                continue
             u = statistics.fmean(s[k][1] * s[k][2] for s in st) / d
             cells.append('%.2f, %.0f%%, %.2f' % (d, 100 * u, d * max(0.0, 1 - u)))
         lines.append('| %s | %s | %.2f | %.0f%% | %s |' % (

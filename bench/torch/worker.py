@@ -7,7 +7,8 @@ Modes (each a fresh DistributedOptimizer; the egress shaper is set by
 each rank for its own host):
   fifo      schedule 'fifo' (WFBP), tbf at the link rate over a pfifo
   p3user    schedule 'p3', the same tbf + pfifo: order from libp3 only
-  p3kernel  schedule 'p3', the p3 qdisc (8 bands, dscp) pacing at the rate
+  p3kernel  schedule 'p3', the p3 qdisc (8 bands, dscp) pacing at the rate;
+            p3.torch keeps its levels (7) above the default band
   p3dlcp    p3kernel with bounded-loss pushes (loss_tolerance, deadline):
             the datagrams ride levels 8..15, so the qdisc has 16 bands and
             bands 8..15 (classes 1:9..1:16) a deadline (--qdeadline)
@@ -90,8 +91,11 @@ def shape(mode, pressure, args):
         # Every other option at its default (tag dscp), as a user's first
         # `tc qdisc add` would leave it.
         bands = 2 * BANDS if mode == 'p3dlcp' else BANDS
-        # Untagged traffic goes to the least urgent band; --spare-band
-        # gives it one of its own instead of the job's least urgent level.
+        # Untagged traffic goes to the least urgent band.  p3.torch keeps
+        # its levels above it by itself (7 of 8 bands), but p3dlcp pins 8
+        # levels (run_mode), so that its datagrams meet the deadlines set
+        # here on bands 8..15, the last shared with untagged traffic;
+        # --spare-band gives untagged traffic a band of its own instead.
         bands += args.spare_band
         cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dkbit '
                  'bands %d\n' % (at, h, QLIMIT, kbit(args), bands))
@@ -258,9 +262,11 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                          deadline=args.deadline)
         elif mode == 'slimdp':
             extra = dict(sparsify='slimdp')
+        # p3dlcp's qdisc has its deadlines on bands BANDS..2 BANDS-1.
+        asked = args.bands or (BANDS if mode == 'p3dlcp' else None)
         opt = p3t.DistributedOptimizer(
             opt, model, schedule='fifo' if mode == 'fifo' else 'p3',
-            bands=args.bands, timeout=120, **extra)
+            bands=asked, timeout=120, **extra)
     up = Bulk(peer) if bulk else None
     bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
                      args.burst_level, 11 + rank)
@@ -351,7 +357,8 @@ def main():
                     help='one more qdisc band, for untagged traffic alone')
     ap.add_argument('--bands', type=int,
                     help="p3.torch's levels (default: its own choice, 8 or "
-                    "fewer to stay above the qdisc's default band)")
+                    "fewer to stay above the qdisc's default band; 8 for "
+                    "p3dlcp); the qdisc stays as the mode sets it")
     ap.add_argument('--loss-tolerance', type=float, default=0.01)
     ap.add_argument('--deadline', type=float, default=0.005,
                     help="p3dlcp: p3.torch's deadline (s)")
@@ -361,8 +368,9 @@ def main():
     ap.add_argument('--mbit', type=float, default=100)
     ap.add_argument('--comm-ratio', type=float,
                     help='instead of --mbit: the rate at which a step\'s '
-                    'exchange takes this many compute-only steps, measured '
-                    'first in this boot (--modes must start with compute)')
+                    'exchange (its payload) takes this many compute-only '
+                    'steps, measured first in this boot (--modes must start '
+                    'with compute)')
     ap.add_argument('--batch', type=int, default=16)
     ap.add_argument('--iters', type=int, default=8)
     ap.add_argument('--warmup', type=int, default=2)
@@ -380,9 +388,11 @@ def main():
     if args.qdeadline is None:
         args.qdeadline = args.deadline
     if args.comm_ratio and not (args.modes.startswith('compute') and
-                                args.pressure.startswith('none')):
+                                args.pressure.startswith('none') and
+                                args.bulk.startswith('0')):
         ap.error('--comm-ratio measures the compute mode first: --modes '
-                 'must start with compute, --pressure with none')
+                 'must start with compute, --pressure with none, --bulk '
+                 'with 0')
 
     torch.set_num_threads(1)        # one vCPU per rank
     p3t.init(timeout=120)

@@ -108,30 +108,37 @@ _warned = []
 
 
 def _local_p3_qdisc():
-    """(interface, p3.qdisc_stats) of the first interface whose root is a
-    p3 qdisc, or None."""
+    """(interface, p3.qdisc_stats) of the first interface with a p3 qdisc
+    anywhere in its tree (parent 0 matches any: p3 under netem or mq
+    counts), or None."""
     for _, name in socket.if_nameindex():
         try:
-            return name, p3.qdisc_stats(name)
+            return name, p3.qdisc_stats(name, parent=0)
         except p3.Error:
             continue
     return None
 
 
-def _free_levels():
+def _free_levels(lossy=False):
     """How many levels this host's p3 qdisc keeps above its default band.
-    Untagged traffic (an upload, a checkpoint) goes to that band, and a
-    job level there would share its FIFO with it: with the qdisc's
-    defaults (8 bands, default 7) the job takes levels 0..6."""
+    Untagged traffic (an upload, a checkpoint) goes to that band, where
+    a job level would get only its DRR share of the band's link time
+    beside the upload: with the qdisc's defaults (8 bands, default 7)
+    the job takes levels 0..6.  With bounded loss the datagrams' levels
+    (levels..2 levels - 1) must stay above it too."""
     found = _local_p3_qdisc()
     default = found[1]['options'].get('default') if found else None
-    return min(DEFAULT_LEVELS, default) if default else DEFAULT_LEVELS
+    if not default:
+        # No qdisc, or untagged traffic in band 0, above everything: no
+        # level can avoid it, so the job keeps them all.
+        return DEFAULT_LEVELS
+    return min(DEFAULT_LEVELS, default // 2 if lossy else default) or 1
 
 
-def _agreed_levels(store, key, rank, world):
+def _agreed_levels(store, key, rank, world, lossy):
     """Every rank plans the same layout, so all take the fewest levels any
     rank's host leaves free (store.get is bounded by the store's timeout)."""
-    store.set('%s/%d' % (key, rank), str(_free_levels()))
+    store.set('%s/%d' % (key, rank), str(_free_levels(lossy)))
     return min(int(store.get('%s/%d' % (key, q))) for q in range(world))
 
 
@@ -236,8 +243,9 @@ class DistributedOptimizer:
 
     bands: the job's levels.  By default 8, or fewer where a rank's host
     has a p3 qdisc whose default band (where untagged traffic goes) is 7
-    or less, so that every level stays above that band.  The ranks agree
-    on the fewest."""
+    or less (15 or less with loss_tolerance, whose datagrams take as
+    many levels again), so that every level stays above that band.  The
+    ranks agree on the fewest."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
@@ -257,10 +265,6 @@ class DistributedOptimizer:
         lossy = _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
                                    sparsify, nbands or DEFAULT_LEVELS)
         st = _need()
-        if nbands is None:
-            nbands = _agreed_levels(st['store'],
-                                    'p3t/levels%d' % (st['meshes'] + 1),
-                                    st['rank'], st['size'])
         self._opt = optimizer
         self._schedule = schedule
         self._timeout = st['timeout'] if timeout is None else timeout
@@ -274,20 +278,25 @@ class DistributedOptimizer:
                     raise ValueError('p3.torch: the optimizer holds a parameter '
                                      'that is not in the model')
         sizes = [p.numel() * p.element_size() for p in self._params]
+        # Taken once, before any store key: every rank counts the same.
+        st['meshes'] += 1
+        seq = st['meshes']
+        if nbands is None:
+            nbands = _agreed_levels(st['store'], 'p3t/levels%d' % seq,
+                                    st['rank'], st['size'], bool(lossy))
         self.levels = nbands
         self._layout = Layout(sizes, st['size'], schedule,
                               nbands, slice_bytes,
                               fwd=_forward_ranks(self._params, forward_order))
         sparse = SlimDP(self._layout, np_dtypes(self._params), keep, explore,
                         residual) if sparsify else None
-        st['meshes'] += 1
         model_bytes = sum(sizes)
         # Datagrams of a whole step may come before their owner registers
         # them (it is still summing the last one): room for two.
         dgram = dict(bands=2 * nbands, chunk=p3.dgram.DEFAULT_CHUNK,
                      buf_bytes=max(4 << 20, 2 * model_bytes),
                      early_bytes=2 * model_bytes + (8 << 20)) if lossy else None
-        self._mesh = Mesh(st['store'], 'p3t/mesh%d' % st['meshes'], st['rank'],
+        self._mesh = Mesh(st['store'], 'p3t/mesh%d' % seq, st['rank'],
                           st['size'], st['host'], nbands, self._timeout,
                           max_queued or 2 * model_bytes + (64 << 20), dgram)
         self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
