@@ -87,6 +87,37 @@ def table(runs):
     return '\n'.join(lines)
 
 
+def first_after(times, t):
+    later = [x for x in times if x >= t]
+    return min(later) - t if later else float('nan')
+
+
+def backward_starts(runs):
+    """Per mode and timed step: seconds from the backward's start to the
+    first gradient handed to p3.torch, the first push handed to libp3,
+    and the first 20 ms in which the link carried a 1,500-byte packet
+    or more."""
+    lines = ['| mode | upload | per timed step: first gradient / push / '
+             'link egress after the backward starts (s) |', '|---|---|---|']
+    for r in runs:
+        tl = r['timeline']
+        ev = tl.get('events')
+        if not ev:
+            continue
+        grads = [t for t, k in ev if k == 'gradient']
+        pushes = [t for t, k in ev if k == 'push']
+        sent = [ta for (ta, a), (_, b) in zip(tl['link'], tl['link'][1:])
+                if b - a >= 1500]
+        cells = []
+        for i in range(first_timed(r), len(tl['phases']) - 1):
+            f1 = tl['phases'][i][2]
+            cells.append('%.2f / %.2f / %.2f' % tuple(
+                first_after(x, f1) for x in (grads, pushes, sent)))
+        lines.append('| %s | %s | %s |' % (r['mode'], 'yes' if r['bulk']
+                                           else 'no', '; '.join(cells)))
+    return '\n'.join(lines) if len(lines) > 2 else ''
+
+
 def plot(runs, png):
     import matplotlib
     matplotlib.use('Agg')
@@ -125,6 +156,9 @@ def main():
     if not runs:
         raise SystemExit('%s: no run recorded with --timeline' % args.results)
     print(table(runs))
+    starts = backward_starts(runs)
+    if starts:
+        print('\n' + starts)
     if args.png:
         plot(runs, args.png)
 

@@ -155,6 +155,23 @@ class LinkSampler:
         return self.samples
 
 
+def record_exchange(opt):
+    """--timeline: when each gradient reached p3.torch and each push and
+    pull was handed to libp3, by wrapping the optimizer's exchange (its
+    private methods: for this measurement only)."""
+    ex, events = opt._ex, []
+
+    def gradient(i, grad, it, _inner=ex.gradient):
+        events.append((time.monotonic(), 'gradient'))
+        return _inner(i, grad, it)
+
+    def send(q, m, it, pull, _inner=ex._send):
+        events.append((time.monotonic(), 'pull' if pull else 'push'))
+        return _inner(q, m, it, pull)
+    ex.gradient, ex._send = gradient, send
+    return events
+
+
 class Bulk:
     """An upload that never ends: one untagged TCP flow to the peer."""
 
@@ -272,6 +289,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                      args.burst_level, 11 + rank)
               if pressure == 'burst' else None)
     link = LinkSampler() if args.timeline and mode != 'compute' else None
+    events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev = [], [], [], None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
@@ -304,7 +322,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
         stats = opt.stats()
         levels = opt.levels
         opt.close()
-    timeline = ({'link': link.close(), 'phases': phases,
+    timeline = ({'link': link.close(), 'phases': phases, 'events': events,
                  'exchange_done': done} if link else None)
     same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
