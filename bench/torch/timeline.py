@@ -12,7 +12,10 @@ egress link was in it: the bytes eth0 transmitted against what the
 shaped rate allows in that time.  The link carries one step's exchange
 (and, with the upload, the upload), so the busy share of a step is how
 close the schedule came to the link's bound; the idle time says in which
-phase it was lost.  --png plots the link's rate over two steps per mode.
+phase it was lost.  Then, per step, how long after the backward's start
+the first gradient reached p3.torch, the first push went to libp3, and
+the link carried it.  --png plots the link's rate over two steps per
+mode.
 """
 import argparse
 import bisect
