@@ -55,6 +55,11 @@ def shaped_run(runs):
                 next(iter(runs.values())))
 
 
+def step_cells(xs):
+    """Mean, median and range of step times, as table cells."""
+    return '%.2f | %.2f | %.2f–%.2f' % (mean(xs), median(xs), min(xs), max(xs))
+
+
 def rate_text(r):
     return 'unshaped' if r['mbit'] is None else '%.1f Mbit/s' % r['mbit']
 
@@ -69,9 +74,8 @@ def table(runs):
              'speedup over fifo | forward overlapped | upload moved (MB) |',
              '|---|---|---:|---:|---|---:|---:|---:|']
     if ('compute', 0, 'none') in runs:
-        c = runs[('compute', 0, 'none')]['steps']
-        lines.append('| %s | no | %.2f | %.2f | %.2f–%.2f | | | |' % (
-            LABEL['compute'], mean(c), median(c), min(c), max(c)))
+        lines.append('| %s | no | %s | | | |' % (
+            LABEL['compute'], step_cells(runs[('compute', 0, 'none')]['steps'])))
     for bulk in (0, 1):
         base = runs.get(('fifo', bulk, 'none'))
         for m in MODES:
@@ -80,13 +84,10 @@ def table(runs):
                 continue
             t = mean(r['steps'])
             sp = mean(base['steps']) / t if base else float('nan')
-            lines.append('| %s | %s | %.2f | %.2f | %.2f–%.2f | %.2fx | %.0f%% '
-                         '| %s |' % (
-                             LABEL[m], 'yes' if bulk else 'no', t,
-                             median(r['steps']), min(r['steps']),
-                             max(r['steps']), sp,
-                             100 * median(r['fwd_overlap']),
-                             '%.0f' % (r['bulk_bytes'] / 1e6) if bulk else ''))
+            lines.append('| %s | %s | %s | %.2fx | %.0f%% | %s |' % (
+                LABEL[m], 'yes' if bulk else 'no', step_cells(r['steps']), sp,
+                100 * median(r['fwd_overlap']),
+                '%.0f' % (r['bulk_bytes'] / 1e6) if bulk else ''))
     for bulk in (0, 1):
         k = runs.get(('p3kernel', bulk, 'none'))
         u = runs.get(('p3user', bulk, 'none'))

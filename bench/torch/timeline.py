@@ -30,13 +30,11 @@ SHORTEST = 0.04
 
 def sent_between(link, t0, t1):
     """Bytes transmitted between t0 and t1, interpolated between samples."""
-    ts = [t for t, _ in link]
-
     def at(t):
-        i = bisect.bisect_left(ts, t)
+        i = bisect.bisect_left(link, t, key=lambda sample: sample[0])
         if i == 0:
             return link[0][1]
-        if i == len(ts):
+        if i == len(link):
             return link[-1][1]
         (ta, a), (tb, b) = link[i - 1], link[i]
         return a + (b - a) * (t - ta) / (tb - ta)
