@@ -31,6 +31,7 @@ its namespace with setns(2).  Results are JSON lines; progress goes to
 stderr:  [3/24] vgg19 p3kernel 8gbps (20.0mbit): 1.234 s/iter
 """
 import argparse
+import collections
 import ctypes
 import json
 import os
@@ -188,7 +189,7 @@ class Cluster:
     def qdisc_stats(self):
         """Drops and p3's preemptions summed over the hosts; bytes sent by
         each host."""
-        tot = {"drops": 0, "preemptions": 0, "sent": {}}
+        tot = {"drops": 0, "preemptions": 0, "sent": {}, "xstats": {}}
         for h, _ in self.hosts:
             try:
                 qs = json.loads(sh(f"tc -n {self.ns(h)} -s -j qdisc show dev eth0"))
@@ -201,6 +202,8 @@ class Cluster:
                     tot["sent"][h] = q.get("bytes", 0)
                 xs = q.get("xstats", q)
                 tot["preemptions"] += xs.get("preemptions", 0) or 0
+                if q.get("root") and q.get("kind") == "p3":
+                    tot["xstats"][h] = q.get("xstats", {})
         return tot
 
     NSTAT = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
@@ -259,15 +262,16 @@ def tx_bytes(dev="eth0"):
     return 0
 
 
-def sample_tx(ctl, period=0.25):
-    """Samples this host's sent bytes until the controller asks for them."""
+def sample_tx(ctl, period=0.25, trace=None):
+    """Samples this host's sent bytes until the controller asks for them,
+    then reports them with @trace, if any."""
     samples = []
     while True:
         samples.append((time.monotonic(), tx_bytes()))
         r, _, _ = select.select([ctl.r], [], [], period)
         if r:
             ctl.wait("report")
-            ctl.send(samples=samples)
+            ctl.send(samples=samples, trace=trace)
             return
 
 
@@ -478,6 +482,8 @@ def server_main(ctl, j, sid, cfg):
     lock = threading.Lock()
     txq = queue.Queue()
     last = cfg["iters"]
+    # --trace: when each worker's push of a key arrived, by "iteration:key"
+    pushed = collections.defaultdict(list) if cfg["trace"] else None
 
     def receive(w, ch):
         bufs = {k.id: bytearray(k.nbytes) for k in mine}
@@ -487,6 +493,9 @@ def server_main(ctl, j, sid, cfg):
             for c in ch.poll(0.5):
                 if c.iteration + 1 < last:
                     ch.expect(c.tensor, bufs[c.tensor], c.iteration + 1)
+                if pushed is not None:
+                    pushed[f"{c.iteration}:{c.tensor}"].append(
+                        (w, time.monotonic()))
                 with lock:
                     count[c.tensor] += 1
                     full = count[c.tensor] == W
@@ -503,7 +512,7 @@ def server_main(ctl, j, sid, cfg):
     for w in range(W):
         threading.Thread(target=wrap, args=(receive, w, push[w]),
                          daemon=True).start()
-    sample_tx(ctl)
+    sample_tx(ctl, trace=pushed)
     while True:
         time.sleep(3600)
 
@@ -544,6 +553,10 @@ def worker_main(ctl, j, wid, cfg):
     ready = [0] * L                     # newest iteration with parameters
     got = [0] * L
     arrive = [[None] * L for _ in range(iters)]
+    # --trace: when each server's part of a layer arrived, by
+    # "iteration:layer:server", and when backward handed each layer over
+    pulled = {} if cfg["trace"] else None
+    handed = [[None] * L for _ in range(iters)]
     bwd_end = []
     txq = queue.Queue()
 
@@ -557,6 +570,8 @@ def worker_main(ctl, j, wid, cfg):
                 la, it = c.tensor, c.iteration
                 if it + 1 < iters:
                     ch.expect(la, bufs[la], it + 1)
+                if pulled is not None:
+                    pulled[f"{it}:{la}:{s}"] = time.monotonic()
                 with cond:
                     got[la] += 1
                     if got[la] == nsrv[la]:
@@ -598,12 +613,15 @@ def worker_main(ctl, j, wid, cfg):
         for la in reversed(range(L)):
             t += j.bwd[la]
             sleep_until(t)
+            handed[it][la] = time.monotonic()
             for s in range(S):
                 if push_keys[la][s]:
                     txq.put((s, push_keys[la][s], it))
         stalls.append(stall)
         bwd_end.append(t)
     trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None
+    if trace is not None and pulled is not None:
+        trace.update(pulled=pulled, handed=handed)
     ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
                      "trace": trace})
     while True:
@@ -703,14 +721,17 @@ def calibrate(cluster, rate, seconds=3.0):
 
 # ------------------------------------------------------------ one run
 
-def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
-    """Runs job @j once; returns the result record."""
+def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
+            trace=False):
+    """Runs job @j once; returns the result record.  @trace adds when
+    every push and pull of every key arrived (trace_servers, trace_w0)."""
     cluster.shape(j.mode, j.rate, j.train_bands)
     ideal = j.ideal()
     tcp0 = cluster.nstat()
     cfg = {"port": port, "bulk_port": BULK_PORT + port % 1000,
            "streams": bulk,
            "iters": warmup + iters + 1, "progress": progress is not None,
+           "trace": trace,
            "worker_ips": [ip for _, ip in cluster.workers],
            "server_ips": [ip for _, ip in cluster.servers]}
     kids = []
@@ -804,6 +825,8 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None):
         "trace_w0": res["w0"]["result"]["trace"],
         "starts_w0": res["w0"]["result"]["starts"],
     })
+    if trace:
+        rec["trace_servers"] = {n: r["trace"] for n, r in srv.items()}
     return rec
 
 
@@ -863,6 +886,9 @@ def main():
     ap.add_argument("--quickack", action="store_true",
                     help="no delayed ACKs (route quickack 1)")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="record when every push and pull of every key "
+                    "arrived (servers, and worker 0's pulls)")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",
@@ -938,7 +964,7 @@ def main():
                 prog = (lambda m, tag=tag: log(f"    {tag}: {m}")) \
                     if args.progress else None
                 rec = run_one(cluster, j, args.iters, args.warmup, bulk,
-                              7000 + 10 * (n % 200), prog)
+                              7000 + 10 * (n % 200), prog, args.trace)
             except Exception as e:          # one bad run must not end a sweep
                 failed += 1
                 log(f"{tag}: FAILED: {e}")
