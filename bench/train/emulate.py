@@ -203,7 +203,7 @@ class Cluster:
                 xs = q.get("xstats", q)
                 tot["preemptions"] += xs.get("preemptions", 0) or 0
                 if q.get("root") and q.get("kind") == "p3":
-                    tot["xstats"][h] = q.get("xstats", {})
+                    tot["xstats"][h] = xs
         return tot
 
     NSTAT = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts",
