@@ -179,6 +179,13 @@ class Cluster:
                     cmds += ("filter add dev eth0 parent 1: protocol ip prio 1"
                              " u32 match ip protocol 6 0xff match u16 0x0000 "
                              "0xffc0 at 2 flowid 1:1\n")
+            elif shaper == "tbf-p3" and mode == "p3kernel":
+                # tbf is the link for every mode, p3 (unpaced) under it
+                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
+                        f" burst {TBF_BURST} latency 10s\n"
+                        f"qdisc add dev eth0 parent 1:1 handle 10: p3 bands "
+                        f"{train_bands + 1} default {train_bands}"
+                        f" tag dscp limit {QLIMIT}\n")
             else:
                 cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
                         f" burst {TBF_BURST} latency 10s\n"
@@ -879,10 +886,19 @@ def main():
     ap.add_argument("--bands", type=int, default=jobmod.TRAIN_BANDS,
                     help="p3kernel: training levels, one tagged socket each "
                     "per peer (default %(default)s)")
-    ap.add_argument("--shaper", default="auto", choices=("auto", "p3", "tbf"),
+    ap.add_argument("--shaper", default="auto",
+                    choices=("auto", "p3", "tbf", "tbf-p3"),
                     help="every host's egress: auto (p3 for p3kernel, tbf "
-                    "over a pfifo otherwise), or the one named for every "
-                    "mode")
+                    "over a pfifo otherwise), the one named for every "
+                    "mode, or tbf-p3: tbf for every mode, over p3 "
+                    "(unpaced) in p3kernel mode and over a pfifo otherwise")
+    ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS,
+                    help="sliced modes: deal slices to servers round robin "
+                    "(P3), or split every layer evenly over all servers")
+    ap.add_argument("--group-slices", type=float, default=0.0,
+                    help="sliced modes: layers the forward pass needs within "
+                    "this many slice times of each other share a level "
+                    "(default 0: a rank per layer)")
     ap.add_argument("--quickack", action="store_true",
                     help="no delayed ACKs (route quickack 1)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -956,7 +972,8 @@ def main():
         for n, (model, mode, g, bulk) in enumerate(plan, 1):
             j = jobmod.Job(profiles[model], mode, args.workers, args.servers,
                            g, args.compute_s, args.model_bytes,
-                           args.slice_bytes, args.bands)
+                           args.slice_bytes, args.bands, args.shard,
+                           args.group_slices)
             tag = (f"[{n}/{len(plan)}] {model} {mode}"
                    f"{f'+bulk{bulk}' if bulk else ''}"
                    f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")

@@ -43,6 +43,9 @@ FRAME_HDR = 40                      # libp3's per-frame header
 GOODPUT = 1448.0 / 1514.0
 
 MODES = ("fifo", "slice", "p3user", "p3kernel", "ideal")
+# How the sliced modes deal keys to servers: P3's round robin over all
+# slices, or every layer split evenly over all servers (--shard).
+SHARDS = ("round-robin", "even")
 MODES_MEASURED = MODES[:-1]
 MODE_TITLES = {
     "fifo": "FIFO (WFBP)",
@@ -78,7 +81,7 @@ class Job:
 
     def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
                  compute_s=None, model_bytes=None, slice_bytes=None,
-                 train_bands=None):
+                 train_bands=None, shard="round-robin", group_slices=0.0):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         self.profile = profile
@@ -90,6 +93,10 @@ class Job:
                                                   model_bytes)
         self.slice_bytes = slice_bytes or SLICE_BYTES
         self.train_bands = train_bands or TRAIN_BANDS
+        if shard not in SHARDS:
+            raise ValueError(f"unknown shard {shard}")
+        self.shard = shard
+        self.group_slices = group_slices
         self.rate = emu_rate(gbps, self.byte_scale, self.time_scale)
         layers = profile["layers"]
         self.fwd = [la["fwd_s"] * self.time_scale for la in layers]
@@ -135,15 +142,60 @@ class Job:
 
     def _plan_slices(self):
         import p3
-        tensors = [p3.Tensor(la["name"], n, i) for i, (la, n) in
+        fwd = self._forward_ranks()
+        tensors = [p3.Tensor(la["name"], n, fwd[i]) for i, (la, n) in
                    enumerate(zip(self.profile["layers"], self.layer_bytes))]
         slices = p3.plan(tensors, bands=self.train_bands,
                          slice_bytes=self.slice_bytes)
+        if self.shard == "even":
+            return self._shard_offsets(self._even_pieces(slices))
         keys = []
         for i, s in enumerate(slices):
             keys.append(Key(i, s.tensor, i % self.servers, s.offset, s.length,
                             0, s.level, s.prio))
         return self._shard_offsets(keys)
+
+    def _forward_ranks(self):
+        """Each layer's rank in the next forward pass.  With group_slices
+        g, layers that pass needs within g slice times (at the link rate)
+        of their group's first layer share its rank, so the planner puts
+        them on one level: ordering them gains nothing."""
+        if not self.group_slices:
+            return list(range(len(self.fwd)))
+        window = self.group_slices * (self.slice_bytes + FRAME_HDR) / self.rate
+        ranks, start, t = [], None, 0.0
+        for f in self.fwd:
+            if start is None or t - start >= window:
+                start = t
+                ranks.append(ranks[-1] + 1 if ranks else 0)
+            else:
+                ranks.append(ranks[-1])
+            t += f
+        return ranks
+
+    def _even_pieces(self, slices):
+        """shard "even": every layer of at least 64 bytes per server cut
+        into a multiple of `servers` pieces of equal size (within a
+        byte; at most slice_bytes), piece i to server i % servers, so that every server
+        carries the same share of every layer; smaller layers whole, to
+        server (layer % servers).  Levels and prios are the planner's."""
+        first = {}
+        for s in slices:
+            first.setdefault(s.tensor, s)
+        keys, S = [], self.servers
+        for la, nbytes in enumerate(self.layer_bytes):
+            lv, prio = first[la].level, first[la].prio
+            if nbytes < 64 * S:
+                keys.append(Key(len(keys), la, la % S, 0, nbytes, 0, lv, prio))
+                continue
+            pieces = S * -(-nbytes // (S * self.slice_bytes))
+            base, extra = divmod(nbytes, pieces)
+            off = 0
+            for i in range(pieces):
+                n = base + (i < extra)
+                keys.append(Key(len(keys), la, i % S, off, n, 0, lv, prio))
+                off += n
+        return keys
 
     @staticmethod
     def _shard_offsets(keys):
@@ -198,7 +250,7 @@ class Job:
         ref = self if self.sliced else Job(
             self.profile, "p3kernel", self.workers, self.servers, self.gbps,
             self.compute_s, self.model_bytes, self.slice_bytes,
-            self.train_bands)
+            self.train_bands, self.shard, self.group_slices)
         r = ref.rate * GOODPUT
         slice_s = (ref.slice_bytes + FRAME_HDR) / r
         compute = sum(ref.fwd) + sum(ref.bwd)
@@ -222,5 +274,6 @@ class Job:
                 "rate_mbit": self.rate * 8 / 1e6,
                 "time_scale": self.time_scale, "byte_scale": self.byte_scale,
                 "slice_bytes": self.slice_bytes, "keys": len(self.keys),
+                "shard": self.shard, "group_slices": self.group_slices,
                 "model_bytes": sum(self.layer_bytes),
                 "batch": self.profile["batch"]}

@@ -98,6 +98,35 @@ def main():
     ideal = j.ideal()
     t.ok(ideal["iter_s"] >= max(ideal["compute_s"], ideal["link_s"]),
          f"ideal {ideal['iter_s']:.3f} s >= max(compute, link)")
+
+    # --shard even: every layer big enough is split over all servers in
+    # equal pieces, each within one slice; the busiest server's link then
+    # carries no more than round robin's.
+    rr = job.Job(profiles["vgg19"], mode="p3kernel", gbps=2)
+    ev = job.Job(profiles["vgg19"], mode="p3kernel", gbps=2, shard="even")
+    per = {}
+    for k in ev.keys:
+        per.setdefault(k.layer, []).append(k)
+    uneven = [la for la, ks in per.items() if ev.layer_bytes[la] >= 256 and
+              (len(ks) % 4 or {k.server for k in ks} != {0, 1, 2, 3} or
+               max(k.nbytes for k in ks) - min(k.nbytes for k in ks) > 1)]
+    t.ok(not uneven and max(k.nbytes for k in ev.keys) <= ev.slice_bytes,
+         "shard even: every layer in equal pieces on all 4 servers",
+         f"uneven layers: {uneven}")
+    t.ok([sum(k.nbytes for k in ks) for _, ks in sorted(per.items())] ==
+         ev.layer_bytes, "shard even: pieces cover every layer exactly")
+    t.ok(ev.link_bytes() <= rr.link_bytes(),
+         f"shard even: busiest link {ev.link_bytes()} <= round robin's "
+         f"{rr.link_bytes()} bytes")
+
+    # --group-slices: VGG-19's fc6..fc8 run within one slice time of each
+    # other at 2 Gbit/s, so they share a level; without it they do not.
+    g = job.Job(profiles["vgg19"], mode="p3kernel", gbps=2, group_slices=1)
+    fc = [{k.level for k in x.keys if k.layer in (16, 17, 18)}
+          for x in (g, rr)]
+    t.ok(len(fc[0]) == 1 and len(fc[1]) > 1,
+         f"group_slices 1: fc6..fc8 on levels {sorted(fc[0])} "
+         f"(ungrouped {sorted(fc[1])})")
     return t.done()
 
 
