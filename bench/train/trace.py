@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Where an iteration's link time goes, from emulate.py --trace records.
+
+  bench/train/trace.py RESULTS.jsonl [--tail A B]
+
+Per run, means over the timed iterations (times in seconds after worker
+0's end of backward):
+
+  last push   when the last key had all W workers' pushes at its server;
+  server idle a fluid model of each server's link: a key's pull (W copies)
+              can start once all its pushes arrived, and the link sends
+              whatever it holds at the goodput rate.  Idle is the time
+              between its first and last complete key with nothing to
+              send; finish is when it would have sent everything;
+  end         when worker 0 had each server's last pull, against that
+              finish (lag: how far the real link trails the fluid one);
+  tail push   each worker's completed pushes that reached a server in
+              [A, B) (default 0.5..4.0 s), as a fraction of the link's
+              goodput: how fully the workers' links carry gradients once
+              only the last layers are left.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import job as jobmod    # noqa: E402
+import models           # noqa: E402
+
+
+def fluid(events, rate):
+    """(idle, finish) of a link fed (time, bytes) events, from the first
+    event to the last, sending at @rate whenever it holds bytes."""
+    events = sorted(events)
+    t, backlog, idle = events[0][0], 0.0, 0.0
+    for te, nbytes in events:
+        drained = t + backlog / rate
+        if drained < te:
+            idle += te - drained
+            backlog = 0.0
+        else:
+            backlog -= (te - t) * rate
+        t = te
+        backlog += nbytes
+    return idle, t + backlog / rate
+
+
+def job_of(rec):
+    return jobmod.Job(models.profile(rec["model"]), rec["mode"],
+                      rec["workers"], rec["servers"], rec["gbps"],
+                      train_bands=rec["bands"],
+                      shard=rec.get("shard", "round-robin"),
+                      group_slices=rec.get("group_slices", 0.0))
+
+
+def analyse(rec, tail):
+    j = job_of(rec)
+    rate = j.rate * jobmod.GOODPUT
+    keys = {k.id: k for k in j.keys}
+    tw = rec["trace_w0"]
+    bwd_end = tw["bwd_end"]
+    W, S = rec["workers"], rec["servers"]
+    last, idle, finish, end, lag = [], [], [], [], []
+    pushed = [0.0] * W
+    its = range(1, len(bwd_end) - 1)
+    for it in its:
+        t0 = bwd_end[it]
+        full = {}
+        for name, arrivals in rec["trace_servers"].items():
+            for kid, k in keys.items():
+                got = arrivals.get(f"{it}:{kid}", [])
+                if len(got) == W:
+                    full[kid] = max(t for _, t in got) - t0
+                for w, t in got:
+                    if tail[0] <= t - t0 < tail[1]:
+                        pushed[w] += k.nbytes + jobmod.FRAME_HDR
+        last.append(max(full.values()))
+        for s in range(S):
+            ev = [(full[k.id], W * (k.nbytes + jobmod.FRAME_HDR))
+                  for k in j.keys if k.server == s and k.id in full]
+            i, f = fluid(ev, rate)
+            back = [v - t0 for key, v in tw["pulled"].items()
+                    if key.startswith(f"{it + 1}:") and
+                    key.endswith(f":{s}")]
+            idle.append(i)
+            finish.append(f)
+            end.append(max(back))
+            lag.append(max(back) - f)
+    span = (tail[1] - tail[0]) * rate * len(its)
+    m = statistics.mean
+    return {"iter_s": rec["iter_s"], "last_push": m(last),
+            "server_idle": m(idle), "fluid_finish": m(finish),
+            "end": m(end), "lag": m(lag),
+            "tail_push": [p / span for p in pushed]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results")
+    ap.add_argument("--tail", nargs=2, type=float, default=(0.5, 4.0),
+                    metavar=("A", "B"))
+    args = ap.parse_args()
+    print("| model | Gbit/s | mode | s/iter | last push | server idle | "
+          "fluid finish | end (lag) | tail push (per worker) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with open(args.results) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "trace_servers" not in rec:
+                continue
+            a = analyse(rec, args.tail)
+            print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
+                  f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
+                  f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
+                  f"{a['end']:.3f} ({a['lag']:+.3f}) | "
+                  + " / ".join(f"{p:.3f}" for p in a["tail_push"]) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
