@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import job      # noqa: E402
 import models   # noqa: E402
+import traces   # noqa: E402
 
 
 class Tap:
@@ -127,6 +128,13 @@ def main():
     t.ok(len(fc[0]) == 1 and len(fc[1]) > 1,
          f"group_slices 1: fc6..fc8 on levels {sorted(fc[0])} "
          f"(ungrouped {sorted(fc[1])})")
+
+    # traces.py's fluid link: 1 s of work at t=0 and at t=2 leaves it idle
+    # 1 s and done at 3; work arriving faster than it drains, never idle.
+    t.ok(traces.fluid([(2.0, 100.0), (0.0, 100.0)], 100.0) == (1.0, 3.0),
+         "traces.fluid: idle between bursts, finish after the last")
+    t.ok(traces.fluid([(0.0, 100.0), (0.5, 100.0), (1.0, 50.0)], 100.0)
+         == (0.0, 2.5), "traces.fluid: a backlog is never idle")
     return t.done()
 
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Where an iteration's link time goes, from emulate.py --trace records.
 
-  bench/train/trace.py RESULTS.jsonl [--tail A B]
+  bench/train/traces.py RESULTS.jsonl
 
 Per run, means over the timed iterations (times in seconds after worker
 0's end of backward):
@@ -14,11 +14,10 @@ Per run, means over the timed iterations (times in seconds after worker
               between its first and last complete key with nothing to
               send; finish is when it would have sent everything;
   end         when worker 0 had each server's last pull, against that
-              finish (lag: how far the real link trails the fluid one);
-  tail push   each worker's completed pushes that reached a server in
-              [A, B) (default 0.5..4.0 s), as a fraction of the link's
-              goodput: how fully the workers' links carry gradients once
-              only the last layers are left.
+              finish (lag: how far the real link trails the fluid one).
+
+Rates over a window are not given: a message counts when its last byte
+arrives, so a window's count is off by up to one message per socket.
 """
 import argparse
 import json
@@ -57,7 +56,7 @@ def job_of(rec):
                       group_slices=rec.get("group_slices", 0.0))
 
 
-def analyse(rec, tail):
+def analyse(rec):
     j = job_of(rec)
     rate = j.rate * jobmod.GOODPUT
     keys = {k.id: k for k in j.keys}
@@ -65,19 +64,14 @@ def analyse(rec, tail):
     bwd_end = tw["bwd_end"]
     W, S = rec["workers"], rec["servers"]
     last, idle, finish, end, lag = [], [], [], [], []
-    pushed = [0.0] * W
-    its = range(1, len(bwd_end) - 1)
-    for it in its:
+    for it in range(1, len(bwd_end) - 1):
         t0 = bwd_end[it]
         full = {}
-        for name, arrivals in rec["trace_servers"].items():
-            for kid, k in keys.items():
+        for arrivals in rec["trace_servers"].values():
+            for kid in keys:
                 got = arrivals.get(f"{it}:{kid}", [])
                 if len(got) == W:
                     full[kid] = max(t for _, t in got) - t0
-                for w, t in got:
-                    if tail[0] <= t - t0 < tail[1]:
-                        pushed[w] += k.nbytes + jobmod.FRAME_HDR
         last.append(max(full.values()))
         for s in range(S):
             ev = [(full[k.id], W * (k.nbytes + jobmod.FRAME_HDR))
@@ -90,34 +84,29 @@ def analyse(rec, tail):
             finish.append(f)
             end.append(max(back))
             lag.append(max(back) - f)
-    span = (tail[1] - tail[0]) * rate * len(its)
     m = statistics.mean
     return {"iter_s": rec["iter_s"], "last_push": m(last),
             "server_idle": m(idle), "fluid_finish": m(finish),
-            "end": m(end), "lag": m(lag),
-            "tail_push": [p / span for p in pushed]}
+            "end": m(end), "lag": m(lag)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results")
-    ap.add_argument("--tail", nargs=2, type=float, default=(0.5, 4.0),
-                    metavar=("A", "B"))
     args = ap.parse_args()
     print("| model | Gbit/s | mode | s/iter | last push | server idle | "
-          "fluid finish | end (lag) | tail push (per worker) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "fluid finish | end (lag) |")
+    print("|---|---|---|---|---|---|---|---|")
     with open(args.results) as f:
         for line in f:
             rec = json.loads(line)
             if "trace_servers" not in rec:
                 continue
-            a = analyse(rec, args.tail)
+            a = analyse(rec)
             print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
                   f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
                   f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
-                  f"{a['end']:.3f} ({a['lag']:+.3f}) | "
-                  + " / ".join(f"{p:.3f}" for p in a["tail_push"]) + " |")
+                  f"{a['end']:.3f} ({a['lag']:+.3f}) |")
     return 0
 
 
