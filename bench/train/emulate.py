@@ -802,6 +802,10 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     def at(samples, t):
         return min(samples, key=lambda x: abs(x[0] - t))
 
+    # Bytes each worker's eth0 sent per timed iteration: the model's
+    # pushes, plus headers and ACKs, which differ between the modes.
+    wb = [(r["result"]["sent"][-1] - r["result"]["sent"][warmup]) / iters
+          for r in res.values()]
     su = []
     for r in srv.values():
         (t1, b1), (t2, b2) = at(r["samples"], ta), at(r["samples"], tb)
@@ -829,6 +833,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         "wall_s": wall, "cpu_busy": 1 - di / dt if dt else None,
         "cpu_split": split, "cpu_procs": pcpu,
         "qdisc": q, "tcp": tcp, "link_util": util,
+        "worker_tx_per_iter": sum(wb) / len(wb),
         "trace_w0": res["w0"]["result"]["trace"],
         "starts_w0": res["w0"]["result"]["starts"],
     })

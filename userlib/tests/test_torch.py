@@ -359,28 +359,22 @@ def levels_above_untagged():
     qdisc gives untagged traffic, and the ranks agree on the fewest."""
     import torch.distributed as dist
     from p3 import torch as p3t
-    real = p3t._local_p3_qdisc
-    try:
-        for default, lossy, want in ((None, False, 8), (7, False, 7),
-                                     (3, False, 3), (0, False, 8),
-                                     (16, False, 8), (16, True, 8),
-                                     (15, True, 7), (7, True, 3)):
-            p3t._local_p3_qdisc = (lambda d=default: None if d is None else
-                                   ('eth0', {'options': {'bands': d + 1,
-                                                         'default': d}}))
-            got = p3t._free_levels(lossy)
-            ok(got == want, 'levels: %s leaves %d levels to the job%s (want '
-               '%d)' % ('no p3 qdisc' if default is None else
-                        'a p3 qdisc whose default band is %d' % default, got,
-                        ' with its datagrams' if lossy else '', want))
-        store = dist.HashStore()
-        store.set('lv/1', '5')          # rank 1's host leaves 5 levels
-        p3t._local_p3_qdisc = lambda: None
-        got = p3t._agreed_levels(store, 'lv', 0, 2, False)
-        ok(got == 5, 'levels: rank 0 (8 free) and rank 1 (5 free) agree '
-           'on %d (want 5)' % got)
-    finally:
-        p3t._local_p3_qdisc = real
+    for default, lossy, want in ((None, False, 8), (7, False, 7),
+                                 (3, False, 3), (0, False, 8),
+                                 (16, False, 8), (16, True, 8),
+                                 (15, True, 7), (7, True, 3)):
+        found = None if default is None else (
+            'eth0', {'options': {'bands': default + 1, 'default': default}})
+        got = p3t._free_levels(found, lossy)
+        ok(got == want, 'levels: %s leaves %d levels to the job%s (want '
+           '%d)' % ('no p3 qdisc' if default is None else
+                    'a p3 qdisc whose default band is %d' % default, got,
+                    ' with its datagrams' if lossy else '', want))
+    store = dist.HashStore()
+    store.set('lv/1', '5')          # rank 1's host leaves 5 levels
+    got = p3t._agreed_levels(store, 'lv', 0, 2, 8)
+    ok(got == 5, 'levels: rank 0 (8 free) and rank 1 (5 free) agree '
+       'on %d (want 5)' % got)
 
 
 def digits(*args):

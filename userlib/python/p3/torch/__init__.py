@@ -119,14 +119,14 @@ def _local_p3_qdisc():
     return None
 
 
-def _free_levels(lossy=False):
-    """How many levels this host's p3 qdisc keeps above its default band.
+def _free_levels(found, lossy=False):
+    """How many levels the p3 qdisc found (_local_p3_qdisc()) keeps above
+    its default band.
     Untagged traffic (an upload, a checkpoint) goes to that band, where
     a job level would get only its DRR share of the band's link time
     beside the upload: with the qdisc's defaults (8 bands, default 7)
     the job takes levels 0..6.  With bounded loss the datagrams' levels
     (levels..2 levels - 1) must stay above it too."""
-    found = _local_p3_qdisc()
     default = found[1]['options'].get('default') if found else None
     if not default:
         # No qdisc, or untagged traffic in band 0, above everything: no
@@ -135,22 +135,22 @@ def _free_levels(lossy=False):
     return min(DEFAULT_LEVELS, default // 2 if lossy else default) or 1
 
 
-def _agreed_levels(store, key, rank, world, lossy):
+def _agreed_levels(store, key, rank, world, free):
     """Every rank plans the same layout, so all take the fewest levels any
     rank's host leaves free (store.get is bounded by the store's timeout)."""
-    store.set('%s/%d' % (key, rank), str(_free_levels(lossy)))
+    store.set('%s/%d' % (key, rank), str(free))
     return min(int(store.get('%s/%d' % (key, q))) for q in range(world))
 
 
-def _warn_if_no_qdisc(tolerant=None):
-    """Say once when no interface has a p3 qdisc: order then comes from
+def _warn_if_no_qdisc(found, tolerant=None):
+    """Say once when no interface has a p3 qdisc (found is
+    _local_p3_qdisc()'s answer): order then comes from
     libp3's in-band heap alone, and less urgent bulk shares the NIC.  With
     tolerant = (first, last) datagram levels, say too if the p3 qdisc
     found gives them no loss-tolerant bands."""
     if _warned:
         return
     _warned.append(True)
-    found = _local_p3_qdisc()
     if found is None:
         warnings.warn('p3.torch: no network interface has the p3 qdisc; '
                       'the kernel is not enforcing P3 order (tc qdisc add dev '
@@ -281,9 +281,12 @@ class DistributedOptimizer:
         # Taken once, before any store key: every rank counts the same.
         st['meshes'] += 1
         seq = st['meshes']
+        # One look at this host's qdiscs serves the levels and the warning.
+        found = _local_p3_qdisc()
         if nbands is None:
             nbands = _agreed_levels(st['store'], 'p3t/levels%d' % seq,
-                                    st['rank'], st['size'], bool(lossy))
+                                    st['rank'], st['size'],
+                                    _free_levels(found, bool(lossy)))
         self.levels = nbands
         self._layout = Layout(sizes, st['size'], schedule,
                               nbands, slice_bytes,
@@ -321,7 +324,8 @@ class DistributedOptimizer:
                         (m, m.register_forward_pre_hook(self._make_pre_hook(own))))
         st['optimizers'].add(self)
         if schedule == 'p3':        # fifo asks nothing of the kernel
-            _warn_if_no_qdisc((nbands, 2 * nbands - 1) if lossy else None)
+            _warn_if_no_qdisc(found,
+                              (nbands, 2 * nbands - 1) if lossy else None)
 
     def _make_hook(self, i):
         def hook(*_):
