@@ -167,12 +167,15 @@ class Cluster:
         bits = int(rate_Bps * 8)
         shaper = self.shaper if self.shaper != "auto" else \
             "p3" if mode == "p3kernel" else "tbf"
+        p3 = (f"p3 bands {train_bands + 1} default {train_bands} "
+              f"tag dscp limit {QLIMIT}")
+        tbf = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
+               f" burst {TBF_BURST} latency 10s\n")
         for h, _ in self.hosts:
             sh(f"tc -n {self.ns(h)} qdisc del dev eth0 root", check=False)
             if shaper == "p3":
-                cmds = (f"qdisc add dev eth0 root handle 1: p3 bands "
-                        f"{train_bands + 1} default {train_bands}"
-                        f" tag dscp limit {QLIMIT} rate {bits}bit\n")
+                cmds = (f"qdisc add dev eth0 root handle 1: {p3} "
+                        f"rate {bits}bit\n")
                 if self.acks == "urgent":
                     # Pure ACKs (IP length < 64) to band 0: receiving
                     # sockets send nothing else, so no flow is reordered.
@@ -181,16 +184,10 @@ class Cluster:
                              "0xffc0 at 2 flowid 1:1\n")
             elif shaper == "tbf-p3" and mode == "p3kernel":
                 # tbf is the link for every mode, p3 (unpaced) under it
-                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
-                        f" burst {TBF_BURST} latency 10s\n"
-                        f"qdisc add dev eth0 parent 1:1 handle 10: p3 bands "
-                        f"{train_bands + 1} default {train_bands}"
-                        f" tag dscp limit {QLIMIT}\n")
+                cmds = tbf + f"qdisc add dev eth0 parent 1:1 handle 10: {p3}\n"
             else:
-                cmds = (f"qdisc add dev eth0 root handle 1: tbf rate {bits}bit"
-                        f" burst {TBF_BURST} latency 10s\n"
-                        f"qdisc add dev eth0 parent 1:1 handle 10: pfifo "
-                        f"limit {QLIMIT}\n")
+                cmds = tbf + (f"qdisc add dev eth0 parent 1:1 handle 10: "
+                              f"pfifo limit {QLIMIT}\n")
             sh(f"tc -n {self.ns(h)} -batch -", input=cmds)
 
     def qdisc_stats(self):
@@ -561,9 +558,8 @@ def worker_main(ctl, j, wid, cfg):
     got = [0] * L
     arrive = [[None] * L for _ in range(iters)]
     # --trace: when each server's part of a layer arrived, by
-    # "iteration:layer:server", and when backward handed each layer over
+    # "iteration:layer:server"
     pulled = {} if cfg["trace"] else None
-    handed = [[None] * L for _ in range(iters)]
     bwd_end = []
     txq = queue.Queue()
 
@@ -620,7 +616,6 @@ def worker_main(ctl, j, wid, cfg):
         for la in reversed(range(L)):
             t += j.bwd[la]
             sleep_until(t)
-            handed[it][la] = time.monotonic()
             for s in range(S):
                 if push_keys[la][s]:
                     txq.put((s, push_keys[la][s], it))
@@ -628,7 +623,7 @@ def worker_main(ctl, j, wid, cfg):
         bwd_end.append(t)
     trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None
     if trace is not None and pulled is not None:
-        trace.update(pulled=pulled, handed=handed)
+        trace["pulled"] = pulled
     ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
                      "trace": trace})
     while True:
@@ -795,9 +790,6 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     # Link use in the timed window (from worker 0's clock).
     st0 = res["w0"]["result"]["starts"]
     ta, tb = st0[warmup], st0[-1]
-    wu = [(r["result"]["sent"][-1] - r["result"]["sent"][warmup]) /
-          (j.rate * (r["result"]["starts"][-1] - r["result"]["starts"][warmup]))
-          for r in res.values()]
 
     def at(samples, t):
         return min(samples, key=lambda x: abs(x[0] - t))
@@ -806,6 +798,9 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     # pushes, plus headers and ACKs, which differ between the modes.
     wb = [(r["result"]["sent"][-1] - r["result"]["sent"][warmup]) / iters
           for r in res.values()]
+    wu = [b * iters / (j.rate * (r["result"]["starts"][-1] -
+                                 r["result"]["starts"][warmup]))
+          for b, r in zip(wb, res.values())]
     su = []
     for r in srv.values():
         (t1, b1), (t2, b2) = at(r["samples"], ta), at(r["samples"], tb)

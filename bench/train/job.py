@@ -175,10 +175,11 @@ class Job:
 
     def _even_pieces(self, slices):
         """shard "even": every layer of at least 64 bytes per server cut
-        into a multiple of `servers` pieces of equal size (within a
-        byte; at most slice_bytes), piece i to server i % servers, so that every server
-        carries the same share of every layer; smaller layers whole, to
-        server (layer % servers).  Levels and prios are the planner's."""
+        into a multiple of `servers` pieces of equal size (within a byte;
+        at most slice_bytes), piece i to server i % servers, so that every
+        server carries the same share of every layer; smaller layers
+        whole, to server (layer % servers).  Levels and prios are the
+        planner's."""
         first = {}
         for s in slices:
             first.setdefault(s.tensor, s)
