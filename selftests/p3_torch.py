@@ -12,7 +12,13 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
   - its gradient slices reached the qdisc tagged by level: band 0 (the
     first convolutions) and at least four bands in all carried packets on
     each host, and the most urgent band carried fewer bytes than the
-    fully connected layers' bands (VGG's parameters sit at the end).
+    fully connected layers' bands (VGG's parameters sit at the end);
+  - with bounded-loss pushes (bench/torch's p3dlcp: 16 bands, deadlines
+    on the odd ones) it ends with the ranks agreeing too, and the levels
+    interleave: each level's datagrams travel in the odd band right after
+    its reliable band, band 1 (the first layers') included, and the odd
+    bands carry nothing but datagrams, one MTU at most a packet, where
+    the reliable bands carry TCP's GSO packets.
 
 Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 """
@@ -34,18 +40,19 @@ def bands_used(ns):
     return p3lib.class_stats(dev="eth0", ns=ns)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--prefix", default="")
-    args = ap.parse_args()
-    tap = p3lib.Tap(args.prefix)
-    klog = p3lib.KernelLog()
+# The largest packet a datagram band may carry: one frame of the 1500-byte
+# MTU, with its Ethernet header (the qdisc counts it).
+MTU_PACKET = 1514
+
+
+def train(mode, iters):
+    """bench/torch's job in mode: (rank 0's record, per-host band stats,
+    seconds, error text)."""
     out = tempfile.mktemp(prefix="p3torch-", suffix=".jsonl")
     t0 = time.monotonic()
     try:
-        p3lib.sh(f"env P3_TORCH_OUT={out} bench/torch/vm.sh --modes p3kernel "
-                 f"--bulk 0 --warmup 1 --iters {args.iters} --batch 8 "
+        p3lib.sh(f"env P3_TORCH_OUT={out} bench/torch/vm.sh --modes {mode} "
+                 f"--bulk 0 --warmup 1 --iters {iters} --batch 8 "
                  f"--check-params", timeout=1500)
         with open(out) as f:
             res = [json.loads(line) for line in f]
@@ -53,15 +60,47 @@ def main():
         err = ""
     except Exception as e:  # a crashed job is a failed test
         res, stats, err = [], {}, repr(e)
-    took = time.monotonic() - t0
+    return (res[0] if res else {}), stats, time.monotonic() - t0, err
 
-    r = res[0] if res else {}
+
+def job_ends(tap, what, r, iters, took, err):
     # The worker times the steps after its warm-up from start to start:
     # iters - 1 intervals.
-    tap.result(len(r.get("steps") or ()) == args.iters - 1 and r.get("params_equal") is True,
-               "p3.torch, schedule p3 over sch_p3: the job ends, the ranks agree",
+    tap.result(len(r.get("steps") or ()) == iters - 1 and r.get("params_equal") is True,
+               f"p3.torch, {what} over sch_p3: the job ends, the ranks agree",
                f"took {took:.0f} s; steps {r.get('steps')}; "
                f"ranks' parameters equal: {r.get('params_equal')} {err}")
+
+
+def interleaved(tap, stats, levels):
+    """Bounded loss: levels 0..levels-1 on the even bands, their
+    datagrams on the odd band after each."""
+    for ns in HOSTS:
+        b = stats.get(ns, {})
+        odd = {k: v for k, v in b.items() if k % 2 and k < 2 * levels}
+        big = {k: v["bytes"] / v["pkts"] for k, v in odd.items()
+               if v["pkts"] and v["bytes"] / v["pkts"] > MTU_PACKET}
+        tcp = [k for k, v in b.items() if not k % 2 and k < 2 * levels
+               and v["pkts"] and v["bytes"] / v["pkts"] > MTU_PACKET]
+        tap.result(bool(levels and b.get(1, {}).get("pkts") and not big and tcp),
+                   f"{ns}: each level's datagrams in the odd band after its "
+                   "reliable band",
+                   f"levels {levels}; band 1 packets "
+                   f"{b.get(1, {}).get('pkts')}; odd bands over one MTU a "
+                   f"packet {big or 'none'}; even bands with TCP's larger "
+                   f"packets {tcp}; bytes per band "
+                   + str({k: v["bytes"] for k, v in sorted(b.items())}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--prefix", default="")
+    args = ap.parse_args()
+    tap = p3lib.Tap(args.prefix)
+    klog = p3lib.KernelLog()
+    r, stats, took, err = train("p3kernel", args.iters)
+    job_ends(tap, "schedule p3", r, args.iters, took, err)
     tap.result(r.get("levels") == 7,
                "p3.torch keeps its levels above the qdisc's default band",
                f"levels {r.get('levels')} (want 7: bands 8, default 7)")
@@ -74,6 +113,9 @@ def main():
                    f"{ns}: gradient slices spread over the bands by level",
                    "bands with packets %s; bytes per band %s" % (
                        used, {k: v["bytes"] for k, v in sorted(b.items())}))
+    r, stats, took, err = train("p3dlcp", args.iters)
+    job_ends(tap, "bounded loss", r, args.iters, took, err)
+    interleaved(tap, stats, r.get("levels") or 0)
     problems = klog.new_problems()
     tap.result(not problems, "kernel log clean", "\n".join(problems))
     for ns in HOSTS:

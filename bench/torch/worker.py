@@ -10,8 +10,9 @@ each rank for its own host):
   p3kernel  schedule 'p3', the p3 qdisc (8 bands, dscp) pacing at the rate;
             p3.torch keeps its levels (7) above the default band
   p3dlcp    p3kernel with bounded-loss pushes (loss_tolerance, deadline):
-            the datagrams ride levels 8..15, so the qdisc has 16 bands and
-            bands 8..15 (classes 1:9..1:16) a deadline (--qdeadline)
+            level l rides band 2 l, its datagrams band 2 l + 1, so the
+            qdisc has 16 bands, p3.torch takes 7 levels (bands 0..13) and
+            the odd bands 1..13 have a deadline (--qdeadline)
   slimdp    p3kernel with sparsify='slimdp' (keep 0.1, explore 0.02)
   compute   no exchange at all: forward, backward and SGD alone; under
             burst its egress is p3kernel's, so the bursts cost the
@@ -56,7 +57,7 @@ BULK_PORT = 5301
 BURST_PORT = 5302
 QLIMIT = 1000
 P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
-BANDS = 8           # p3.torch's most levels; p3dlcp's datagrams use 8 more
+BANDS = 8           # p3kernel's qdisc; p3dlcp's datagrams need as many more
 
 
 def kbit(args):
@@ -91,17 +92,17 @@ def shape(mode, pressure, args):
         # Every other option at its default (tag dscp), as a user's first
         # `tc qdisc add` would leave it.
         bands = 2 * BANDS if mode == 'p3dlcp' else BANDS
-        # Untagged traffic goes to the least urgent band.  p3.torch keeps
-        # its levels above it by itself (7 of 8 bands), but p3dlcp pins 8
-        # levels (run_mode), so that its datagrams meet the deadlines set
-        # here on bands 8..15, the last shared with untagged traffic;
-        # --spare-band gives untagged traffic a band of its own instead.
+        # Untagged traffic goes to the least urgent band, and p3.torch
+        # keeps its levels above it by itself: 7 of 8 bands; with
+        # p3dlcp's datagrams on the odd bands, 7 of 16.  --spare-band
+        # adds a band, and the job a level (8 of 17 with p3dlcp).
         bands += args.spare_band
         cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dkbit '
                  'bands %d\n' % (at, h, QLIMIT, kbit(args), bands))
-        for k in range(BANDS + 1, bands + 1 - args.spare_band):  # hex minors
+        # The datagrams' bands: the odd ones above the default band.
+        for band in range(1, bands - 1, 2) if mode == 'p3dlcp' else ():
             cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
-                     % (h, k, round(args.qdeadline * 1e6)))
+                     % (h, band + 1, round(args.qdeadline * 1e6)))
     else:
         cmds += ('qdisc add dev eth0 %s handle %s: tbf rate %dkbit burst 16kb '
                  'latency 10s\nqdisc add dev eth0 parent %s:1 handle %s: pfifo '
@@ -279,11 +280,9 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                          deadline=args.deadline)
         elif mode == 'slimdp':
             extra = dict(sparsify='slimdp')
-        # p3dlcp's qdisc has its deadlines on bands BANDS..2 BANDS-1.
-        asked = args.bands or (BANDS if mode == 'p3dlcp' else None)
         opt = p3t.DistributedOptimizer(
             opt, model, schedule='fifo' if mode == 'fifo' else 'p3',
-            bands=asked, timeout=120, **extra)
+            bands=args.bands, timeout=120, **extra)
     up = Bulk(peer) if bulk else None
     bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
                      args.burst_level, 11 + rank)
@@ -375,8 +374,8 @@ def main():
                     help='one more qdisc band, for untagged traffic alone')
     ap.add_argument('--bands', type=int,
                     help="p3.torch's levels (default: its own choice, 8 or "
-                    "fewer to stay above the qdisc's default band; 8 for "
-                    "p3dlcp); the qdisc stays as the mode sets it")
+                    "fewer to stay above the qdisc's default band); the "
+                    "qdisc stays as the mode sets it")
     ap.add_argument('--loss-tolerance', type=float, default=0.01)
     ap.add_argument('--deadline', type=float, default=0.005,
                     help="p3dlcp: p3.torch's deadline (s)")

@@ -297,6 +297,9 @@ struct p3_chan_opts {
 	int		progress;	/* 1: a background thread moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */
+	unsigned int	level_stride;	/* band b's sockets carry level
+					 * b * level_stride; 0 = 1.  Both
+					 * ends must set the same. */
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
@@ -305,7 +308,10 @@ void p3_chan_opts_init(struct p3_chan_opts *opts);
 
 /*
  * Sender: open opts->bands TCP connections to host:port, tag connection b
- * with level b, and introduce each with a hello.  host may be a name.
+ * with level b (b * level_stride: a stride of 2 leaves every other level
+ * to another transport, such as datagrams that follow each band), and
+ * introduce each with a hello.  host may be a name.  A band whose level
+ * would be 64 or more fails with -P3_ELEVEL.
  */
 int p3_chan_connect(const char *host, const char *port, const struct p3_chan_opts *opts,
 		    struct p3_chan **out);
@@ -389,8 +395,10 @@ int p3_listener_fd(const struct p3_listener *l);
  * hello, or whose first bytes are not the frame magic (a health check, a
  * port scan), is closed silently.  One that starts as a p3 frame but whose
  * hello is bad is closed and its error returned; call again to go on.
- * Each accepted socket is tagged (opts.tag_method) with its band's level,
- * so that its ACKs travel in that band.
+ * Each accepted socket is tagged (opts.tag_method) with its band's level
+ * (band * opts.level_stride, as the sender's), so that its ACKs travel in
+ * that band; a hello whose band has no such level is refused with
+ * P3_ELEVEL.
  * Every connection, and every channel short of bands, is given
  * opts.timeout_ms from its first connection, counted whether or not a
  * p3_accept() is running.  -ETIMEDOUT if no channel completes within

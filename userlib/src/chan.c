@@ -59,8 +59,23 @@ P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
 
 int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts)
 {
+	int err;
+
 	p3_chan_opts_init(o);
-	return opts ? p3_struct_in(o, sizeof(*o), P3_CHAN_OPTS_SIZE_1, opts) : 0;
+	err = opts ? p3_struct_in(o, sizeof(*o), P3_CHAN_OPTS_SIZE_1, opts) : 0;
+	/* 0, and every caller of the first layout: a level per band, in turn. */
+	if (!o->level_stride)
+		o->level_stride = 1;
+	return err;
+}
+
+/* The level band's sockets carry with stride, or -P3_ELEVEL past the last
+ * one a tag can say.  Both factors are checked first: no overflow. */
+int chan_band_level(unsigned int band, unsigned int stride)
+{
+	if (band >= P3_MAX_BANDS || stride >= P3_MAX_BANDS || band * stride >= P3_MAX_BANDS)
+		return -P3_ELEVEL;
+	return (int)(band * stride);
 }
 
 struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload)

@@ -704,7 +704,8 @@ static int band_socket(const struct addrinfo *ai, unsigned int b, const struct p
 		    ai->ai_protocol);
 	if (fd < 0)
 		return -errno;
-	err = p3_tag_ex(fd, b, o->tag_method, o->notsent_lowat);
+	err = p3_tag_ex(fd, (unsigned int)chan_band_level(b, o->level_stride), o->tag_method,
+			o->notsent_lowat);
 	if (!err)
 		err = chan_sock_peer_timeout(fd, o->peer_timeout_ms);
 	/* Frames are complete units; Nagle would only hold back a tail. */
@@ -775,6 +776,9 @@ static int check_opts(const struct p3_chan_opts *o)
 {
 	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
 		return -EINVAL;
+	/* Every band's level must be one a tag can carry. */
+	if (chan_band_level(o->bands - 1, o->level_stride) < 0)
+		return -P3_ELEVEL;
 	return 0;
 }
 

@@ -43,6 +43,7 @@ struct p3_listener {
 	int		progress;	/* channels get a progress thread */
 	int		peer_timeout_ms;
 	int		tag_method;	/* the accepted sockets' ACKs travel in their band */
+	unsigned int	level_stride;	/* band b's level is b * level_stride, as the sender's */
 	struct pending	pend[MAX_PENDING];
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
@@ -83,6 +84,8 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 		return err;
 	if (o.max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
 		return -EINVAL;
+	if (chan_band_level(1, o.level_stride) < 0)
+		return -P3_ELEVEL;
 	err = getaddrinfo(host, port ? port : "0", &hints, &res);
 	if (err)
 		return err == EAI_SYSTEM ? -errno : -EADDRNOTAVAIL;
@@ -105,6 +108,7 @@ P3_EXPORT int p3_listen(const char *host, const char *port, const struct p3_chan
 	l->progress = o.progress;
 	l->peer_timeout_ms = o.peer_timeout_ms;
 	l->tag_method = o.tag_method;
+	l->level_stride = o.level_stride;
 	*out = l;
 	return 0;
 }
@@ -234,7 +238,8 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 		 * traffic, and its sender's urgent band stalls on its ACK clock.
 		 * Tagged with the band's level, as the sender tagged its end. */
 		if (!err)
-			err = p3_tag_ex(g->fd[b], b, l->tag_method, 0);
+			err = p3_tag_ex(g->fd[b], (unsigned int)chan_band_level(b, l->level_stride),
+					l->tag_method, 0);
 		if (!err)
 			err = chan_sock_peer_timeout(g->fd[b], l->peer_timeout_ms);
 		if (!err)
@@ -261,6 +266,9 @@ static int hello_refusal(const struct p3_listener *l, const struct p3_hello *h)
 	/* Agreeing the bound: the sender's frames must fit our parser. */
 	if (h->max_payload > l->max_payload)
 		return P3_ETOOBIG;
+	/* A band whose level no tag can carry: its ACKs would go untagged. */
+	if (chan_band_level(h->band, l->level_stride) < 0)
+		return P3_ELEVEL;
 	return 0;
 }
 

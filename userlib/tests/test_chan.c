@@ -716,14 +716,25 @@ static int fd_by_local_port(int port, int except)
 }
 
 /* Every socket the listener accepted carries the level its sender's end
- * carries, so that its ACKs travel in the band of the data they clock. */
-static void test_receiver_tags(const char *host)
+ * carries, so that its ACKs travel in the band of the data they clock;
+ * with a stride, band b's level is b * stride on both ends. */
+static void test_receiver_tags(const char *host, unsigned int stride)
 {
-	struct p3_listener *l = listen_any(host, 0);
-	struct p3_chan *tx = connect_to(host, 8, 0), *rx = NULL;
-	int lport = l ? p3_listener_port(l) : -1, fd, peer, seen = 0, match = 0;
-	int lfd = l ? p3_listener_fd(l) : -1, level;
+	struct p3_chan_opts o;
+	struct p3_listener *l = NULL;
+	struct p3_chan *tx = NULL, *rx = NULL;
+	int lport, lfd, fd, peer, seen = 0, match = 0, level;
+	uint64_t levels = 0, want = 0;
+	unsigned int b;
 
+	p3_chan_opts_init(&o);
+	o.level_stride = stride;
+	if (!p3_listen(host, "0", &o, &l)) {
+		snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+		p3_chan_connect(host, port, &o, &tx);
+	}
+	lport = l ? p3_listener_port(l) : -1;
+	lfd = l ? p3_listener_fd(l) : -1;
 	if (tx && l && !p3_accept(l, 10000, &rx)) {
 		for (fd = 3; fd < 1024; fd++) {
 			if (fd == lfd || sock_port(fd, 0) != lport || sock_port(fd, 1) < 0)
@@ -732,13 +743,49 @@ static void test_receiver_tags(const char *host)
 			peer = fd_by_local_port(sock_port(fd, 1), fd);
 			level = p3_tag_get(fd, P3_METHOD_DEFAULT);
 			match += peer >= 0 && level >= 0 && level == p3_tag_get(peer, P3_METHOD_DEFAULT);
+			if (level >= 0)
+				levels |= 1ull << level;
 		}
 	}
-	ok(rx && seen == 8 && match == 8,
-	   "%s: each of the 8 accepted sockets has its sender's level (%d of %d)", host, match,
-	   seen);
+	for (b = 0; b < o.bands; b++)
+		want |= 1ull << (b * stride);
+	ok(rx && seen == 8 && match == 8 && levels == want,
+	   "%s, stride %u: each of the 8 accepted sockets has its sender's level (%d of %d), "
+	   "levels %#llx (want %#llx)", host, stride, match, seen, (unsigned long long)levels,
+	   (unsigned long long)want);
 	p3_chan_close(tx);
 	p3_chan_close(rx);
+	p3_listener_close(l);
+}
+
+/* A stride that takes a band past level 63, the last a tag can say, is
+ * refused where it is set; a listener refuses the hello of such a band. */
+static void test_level_stride_bounds(void)
+{
+	struct p3_chan_opts o;
+	struct p3_listener *l = NULL;
+	struct p3_chan *c = NULL, *rx = NULL;
+	int err;
+
+	p3_chan_opts_init(&o);
+	o.level_stride = 10;	/* 8 bands: band 7 would be level 70 */
+	err = p3_chan_connect("127.0.0.1", "1", &o, &c);
+	ok(err == -P3_ELEVEL && !c, "connect, 8 bands at stride 10: P3_ELEVEL (%s)",
+	   p3_strerror(err));
+	o.level_stride = 64;
+	err = p3_listen("127.0.0.1", "0", &o, &l);
+	ok(err == -P3_ELEVEL && !l, "listen at stride 64: P3_ELEVEL (%s)", p3_strerror(err));
+
+	o.level_stride = 10;
+	if (!p3_listen("127.0.0.1", "0", &o, &l)) {
+		snprintf(port, sizeof(port), "%d", p3_listener_port(l));
+		o.level_stride = 8;	/* the sender's band 7 is level 56 */
+		p3_chan_connect("127.0.0.1", port, &o, &c);
+	}
+	err = c ? p3_accept(l, 10000, &rx) : 0;
+	ok(c && err == -P3_ELEVEL && !rx,
+	   "listener at stride 10, sender at 8: band 7's hello refused (%s)", p3_strerror(err));
+	p3_chan_close(c);
 	p3_listener_close(l);
 }
 
@@ -754,7 +801,9 @@ int main(void)
 	test_failures();
 	test_send_ref();
 	test_send_ref_changed();
-	test_receiver_tags("127.0.0.1");
-	test_receiver_tags("::1");
+	test_receiver_tags("127.0.0.1", 1);
+	test_receiver_tags("::1", 1);
+	test_receiver_tags("127.0.0.1", 2);
+	test_level_stride_bounds();
 	return tap_done();
 }

@@ -399,6 +399,39 @@ class ChannelTest(unittest.TestCase):
             rx.close()
             junk.close()
 
+    def test_level_stride(self):
+        """Band b travels at level b * level_stride on both ends, so that
+        p3.torch's datagrams can take the levels between."""
+        with self.assertRaises(p3.Error) as cm:
+            p3.Channel.connect('127.0.0.1', 1, bands=8, level_stride=10)
+        self.assertEqual(cm.exception.errno, p3.ELEVEL)
+        with self.assertRaises(p3.Error) as cm:
+            p3.Listener(level_stride=64)
+        self.assertEqual(cm.exception.errno, p3.ELEVEL)
+        with p3.Listener(level_stride=2) as lst:
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=4,
+                                    level_stride=2)
+            rx = lst.accept(timeout=30)
+            ends = {}                   # (local, peer) port: level
+            for fd in map(int, os.listdir('/proc/self/fd')):
+                try:
+                    so = socket.socket(fileno=os.dup(fd))
+                except OSError:
+                    continue
+                with so:
+                    try:
+                        ports = (so.getsockname()[1], so.getpeername()[1])
+                    except OSError:
+                        continue
+                    if lst.port in ports:
+                        ends[ports] = p3.tag_get(so)
+            tx.close()
+            rx.close()
+        self.assertEqual(len(ends), 8)          # 4 bands, both ends
+        self.assertEqual(sorted(ends.values()), [0, 0, 2, 2, 4, 4, 6, 6])
+        for (here, there), level in ends.items():
+            self.assertEqual(ends[(there, here)], level)
+
     def test_send_plan_bounds(self):
         with p3.Listener() as lst:
             tx = p3.Channel.connect('127.0.0.1', lst.port, bands=2)

@@ -8,7 +8,8 @@
 - a chunk bitmap naming chunks past a slice is refused;
 - two ranks as processes (test_torch.py's small CNN, 4 KiB slices):
   - no loss: parameters bitwise equal to dense p3's, nothing lost or
-    asked for again;
+    asked for again; the levels interleave: every TCP socket of the job
+    is tagged 2 l, and slices of level l go out as datagrams on 2 l + 1;
   - a quarter of the chunks lost, 1% tolerated: every lost chunk is
     asked for again, so the parameters are still bitwise dense p3's;
   - the same loss, 50% tolerated: nothing asked for, bytes_lost exactly
@@ -57,16 +58,58 @@ def lost_bytes_per_step(opt, chunk_lost):
                if chunk_lost(k))
 
 
+def recording_sender(levels):
+    """p3.dgram.Sender.send adding each level it is called with to
+    levels."""
+    import p3.dgram
+    real = p3.dgram.Sender.send
+
+    def send(self, level, *args, **kw):
+        levels.add(level)
+        return real(self, level, *args, **kw)
+    p3.dgram.Sender.send = send
+
+
+def tcp_tag_levels():
+    """The tag levels of this process's tagged, connected TCP sockets."""
+    import socket
+    import p3
+    levels = set()
+    for fd in map(int, os.listdir('/proc/self/fd')):
+        try:
+            so = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with so:
+            try:
+                so.getpeername()
+            except OSError:
+                continue
+            if so.type == socket.SOCK_STREAM and p3.tag_get(so) is not None:
+                levels.add(p3.tag_get(so))
+    return sorted(levels)
+
+
 def worker(kwargs_json, out):
     kw = json.loads(kwargs_json)
     lose = kw.pop('lose', None)
+    dgram_levels = set()
 
     def chunk_lost(k):
         return k % 4 == 1
     if lose:
         lossy_sender(chunk_lost)
-    tt.option_worker(kw, out, STEPS, tweak=lambda opt, rank: lose and (
-        lambda opt: {'lost_per_step': lost_bytes_per_step(opt, chunk_lost)}))
+    recording_sender(dgram_levels)
+
+    def at_end(opt):
+        got = {'dgram_levels': sorted(dgram_levels),
+               'tcp_levels': tcp_tag_levels(), 'levels': opt.levels,
+               'slice_levels': sorted({sl.level
+                                       for sl in opt._layout.slices})}
+        if lose:
+            got['lost_per_step'] = lost_bytes_per_step(opt, chunk_lost)
+        return got
+    tt.option_worker(kw, out, STEPS, tweak=lambda opt, rank: at_end)
 
 
 def job(**kw):
@@ -133,6 +176,17 @@ def jobs():
        all(s['bytes_lost'] == 0 and s['rerequests'] == 0 for s in st),
        'dlcp, no loss: parameters bitwise dense p3\'s, nothing lost or asked '
        'for (stats %s)' % st[0])
+    # A rank pushes datagrams only of the slices others own: together,
+    # the two ranks' cover every level the slices use.
+    levels = exact[0]['slice_levels']
+    pushed = sorted(set(exact[0]['dgram_levels'] + exact[1]['dgram_levels']))
+    ok(all(r['tcp_levels'] == [2 * v for v in range(r['levels'])]
+           for r in exact) and len(levels) > 1 and
+       pushed == [2 * v + 1 for v in levels],
+       'dlcp: each level l travels at 2 l over TCP, its datagrams at 2 l + 1 '
+       '(slice levels %s; TCP %s; datagrams %s)'
+       % (levels, [r['tcp_levels'] for r in exact],
+          [r['dgram_levels'] for r in exact]))
     st = [r['stats'] for r in fetched]
     ok(all(r['final'] == d['final'] for r, d in zip(fetched, dense)) and
        all(s['bytes_lost'] == 0 and s['rerequests'] > 0 for s in st),

@@ -101,7 +101,7 @@ class _ChanOpts(ctypes.Structure):
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
                 ('timeout_ms', _int), ('progress', _int),
-                ('peer_timeout_ms', _int)]
+                ('peer_timeout_ms', _int), ('level_stride', _uint)]
 
 
 class _BufRef(ctypes.Structure):
@@ -435,7 +435,7 @@ class _Buf:
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
           max_payload=16 << 20, timeout=10.0, progress=True,
-          peer_timeout=30.0):
+          peer_timeout=30.0, level_stride=1):
     o = _ChanOpts()
     _opts_init(ctypes.byref(o))
     o.bands = int(bands)
@@ -446,6 +446,7 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
     o.timeout_ms = _ms(timeout)     # None: -1, no bound
     o.progress = 1 if progress else 0
     o.peer_timeout_ms = -1 if peer_timeout is None else max(1, _ms(peer_timeout))
+    o.level_stride = int(level_stride)
     return o
 
 
@@ -473,9 +474,12 @@ class Channel:
                 method: Optional[str] = None, chan_id: int = 0,
                 max_queued: int = 64 << 20, max_payload: int = 16 << 20,
                 timeout: Timeout = 10.0, progress: bool = True,
-                peer_timeout: Timeout = 30.0) -> 'Channel':
+                peer_timeout: Timeout = 30.0,
+                level_stride: int = 1) -> 'Channel':
+        """Band b's sockets carry level b * level_stride (the Listener
+        must use the same): 2 leaves every other level to datagrams."""
         o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
-                  progress, peer_timeout)
+                  progress, peer_timeout, level_stride)
         h = _vp()
         _check(_connect(str(host).encode(), str(port).encode(),
                         ctypes.byref(o), ctypes.byref(h)), 'connect')
@@ -727,9 +731,9 @@ class Listener:
     def __init__(self, host: Optional[str] = '127.0.0.1',
                  port: Union[int, str] = 0, max_payload: int = 16 << 20,
                  timeout: Timeout = 10.0, progress: bool = True,
-                 peer_timeout: Timeout = 30.0) -> None:
+                 peer_timeout: Timeout = 30.0, level_stride: int = 1) -> None:
         o = _opts(max_payload=max_payload, timeout=timeout, progress=progress,
-                  peer_timeout=peer_timeout)
+                  peer_timeout=peer_timeout, level_stride=level_stride)
         h = _vp()
         _check(_listen(None if host is None else str(host).encode(),
                        str(port).encode(), ctypes.byref(o), ctypes.byref(h)),

@@ -34,7 +34,7 @@ import p3.dgram
 from ._dlcp import BoundedLoss, check_args as _check_dlcp
 from ._exchange import Exchange, PeerError, StepTimeout, np_dtypes
 from ._layout import Layout
-from ._mesh import Mesh, local_address
+from ._mesh import Mesh, dgram_level, local_address
 from ._slimdp import SlimDP, check_args as _check_slimdp
 
 __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
@@ -125,8 +125,8 @@ def _free_levels(found, lossy=False):
     Untagged traffic (an upload, a checkpoint) goes to that band, where
     a job level would get only its DRR share of the band's link time
     beside the upload: with the qdisc's defaults (8 bands, default 7)
-    the job takes levels 0..6.  With bounded loss the datagrams' levels
-    (levels..2 levels - 1) must stay above it too."""
+    the job takes levels 0..6.  With bounded loss the datagrams take the
+    level after each (_mesh.dgram_level): 2 levels must stay above it."""
     default = found[1]['options'].get('default') if found else None
     if not default:
         # No qdisc, or untagged traffic in band 0, above everything: no
@@ -146,8 +146,8 @@ def _warn_if_no_qdisc(found, tolerant=None):
     """Say once when no interface has a p3 qdisc (found is
     _local_p3_qdisc()'s answer): order then comes from
     libp3's in-band heap alone, and less urgent bulk shares the NIC.  With
-    tolerant = (first, last) datagram levels, say too if the p3 qdisc
-    found gives them no loss-tolerant bands."""
+    tolerant, the datagrams' levels, say too if the p3 qdisc found gives
+    them no loss-tolerant bands."""
     if _warned:
         return
     _warned.append(True)
@@ -159,13 +159,13 @@ def _warn_if_no_qdisc(found, tolerant=None):
     name, st = found
     if tolerant and not all(
             b < len(st['bands']) and st['bands'][b]['deadline_us']
-            for b in range(tolerant[0], tolerant[1] + 1)):
+            for b in tolerant):
         warnings.warn(
             'p3.torch: loss_tolerance: the p3 qdisc on %s has no '
-            'deadline on bands %d..%d, where the datagrams go; they '
+            'deadline on bands %s, where the datagrams go; they '
             'wait like reliable packets (tc class change dev %s '
             'classid H:K p3 deadline 5ms, docs/torch.md)'
-            % (name, tolerant[0], tolerant[1], name), RuntimeWarning,
+            % (name, ', '.join(map(str, tolerant)), name), RuntimeWarning,
             stacklevel=3)
 
 
@@ -181,9 +181,9 @@ def _bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
     if sparsify:
         raise ValueError('p3.torch: loss_tolerance and sparsify cannot be '
                          'combined')
-    if 2 * bands > 62:
-        raise ValueError('p3.torch: loss_tolerance needs bands <= 31 (its '
-                         'datagrams take levels bands..2 bands - 1)')
+    if dgram_level(bands - 1) > 62:
+        raise ValueError('p3.torch: loss_tolerance needs bands <= 31 (each '
+                         'level\'s datagrams take the level after it)')
     return _check_dlcp(loss_tolerance, 0.005 if deadline is None else deadline,
                        0.01 if reliable_fraction is None else reliable_fraction)
 
@@ -234,8 +234,9 @@ class DistributedOptimizer:
     for later steps (residual=False drops it, for comparison only).
 
     loss_tolerance (e.g. 0.01) pushes gradients with bounded loss (DLCP):
-    each slice as datagrams on level L + bands (give those bands a
-    deadline in the qdisc), plus its largest elements, the fraction
+    each slice as datagrams on the level after its own (level L travels
+    at 2 L, its datagrams at 2 L + 1: give the odd bands a deadline in
+    the qdisc), plus its largest elements, the fraction
     reliable_fraction (default 0.01), over the reliable channel.  A
     slice's datagrams complete once none came for deadline seconds
     (default 0.005); above loss_tolerance of its bytes missing, the
@@ -303,8 +304,8 @@ class DistributedOptimizer:
                           st['size'], st['host'], nbands, self._timeout,
                           max_queued or 2 * model_bytes + (64 << 20), dgram)
         self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
-                                  np_dtypes(self._params), *lossy,
-                                  bands=nbands) if lossy else None
+                                  np_dtypes(self._params),
+                                  *lossy) if lossy else None
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
                             self._params, self._timeout, sparse, self._lossy)
         self._step = 0
@@ -324,8 +325,8 @@ class DistributedOptimizer:
                         (m, m.register_forward_pre_hook(self._make_pre_hook(own))))
         st['optimizers'].add(self)
         if schedule == 'p3':        # fifo asks nothing of the kernel
-            _warn_if_no_qdisc(found,
-                              (nbands, 2 * nbands - 1) if lossy else None)
+            _warn_if_no_qdisc(found, [dgram_level(v) for v in range(nbands)]
+                              if lossy else None)
 
     def _make_hook(self, i):
         def hook(*_):

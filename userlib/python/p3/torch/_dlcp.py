@@ -5,8 +5,9 @@ or late packet.
 
 A rank pushes each slice to its owner in two parts:
 
-- the whole slice as datagrams (libp3's p3.dgram), on level L + bands, a
-  band the qdisc may drop at a deadline (tc class change ... deadline);
+- the whole slice as datagrams (libp3's p3.dgram), on the level right
+  after the slice's own (_mesh.dgram_level), a band the qdisc may drop at
+  a deadline (tc class change ... deadline);
 - its largest-magnitude elements (a fraction, at least one) over the
   reliable channel, in _sparse.py's form, after the datagrams.
 
@@ -37,6 +38,7 @@ import numpy as np
 import p3
 
 from . import _sparse
+from ._mesh import dgram_level
 
 
 def check_args(loss_tolerance, deadline, reliable_fraction):
@@ -66,12 +68,11 @@ class BoundedLoss:
     """One rank's side of every bounded-loss push, as pusher and owner."""
 
     def __init__(self, mesh, layout, rank, dtypes, loss_tolerance, deadline,
-                 reliable_fraction, bands):
+                 reliable_fraction):
         self.tol, self.deadline, self.frac = check_args(
             loss_tolerance, deadline, reliable_fraction)
         self.mesh, self.lay, self.rank = mesh, layout, rank
         self.ns = layout.ns
-        self.bands = bands
         self.chunk = mesh.dg_rx.chunk
         self.dtypes = dtypes
         self.geom = []          # per slice: (dtype, n elements, reliable count)
@@ -115,7 +116,7 @@ class BoundedLoss:
         for s in lay.msgs[m]:
             sl = lay.slices[s]
             data = grad_bytes[sl.tensor][sl.offset:sl.offset + sl.length]
-            self.mesh.dg_tx[o].send(sl.level + self.bands, it,
+            self.mesh.dg_tx[o].send(dgram_level(sl.level), it,
                                     self.rank * self.ns + s, data,
                                     timeout=timeout)
             sent += sl.length

@@ -3,7 +3,14 @@
 tx[q] and receives from it on rx[q].  Addresses are exchanged through the
 torch.distributed store; every channel has a progress thread.  With
 datagrams (bounded-loss pushes), a rank also has one datagram receiver,
-dg_rx, for every peer, and a datagram sender dg_tx[q] to each."""
+dg_rx, for every peer, and a datagram sender dg_tx[q] to each.
+
+With datagrams the levels interleave: reliable level l travels at tag
+level 2 l (the channels' level_stride), its datagrams at 2 l + 1
+(dgram_level), so that the qdisc sends each level's datagrams right after
+its reliable packets and before any later layer's.  With the datagrams on
+levels L..2 L - 1 instead, the first layers' datagrams waited behind every
+later layer's reliable traffic, and the next forward pass behind them."""
 import random
 import socket
 
@@ -13,6 +20,11 @@ import p3.dgram
 # A channel id is (mesh nonce << 16) | (sender rank + 1): the listener can
 # tell a peer of this mesh from a stray or stale connection.
 RANK_BITS = 16
+
+
+def dgram_level(level):
+    """The tag level of reliable level level's datagrams."""
+    return 2 * level + 1
 
 
 def local_address(master_addr):
@@ -32,10 +44,11 @@ class Mesh:
         self.rank = rank
         self.tx, self.rx = {}, {}
         self.dg_tx, self.dg_rx = {}, None
+        stride = 2 if dgram else 1
         # A peer that vanishes without a FIN fails its channel after
         # timeout (TCP user timeout, keepalive), like every other wait.
         self._lst = p3.Listener(host=host, port=0, timeout=timeout,
-                                peer_timeout=timeout)
+                                peer_timeout=timeout, level_stride=stride)
         try:
             if dgram:
                 self.dg_rx = p3.dgram.Receiver(host, 0, **dgram)
@@ -56,7 +69,8 @@ class Mesh:
                 self.tx[q] = p3.Channel.connect(
                     addr, port, bands=bands, timeout=timeout,
                     peer_timeout=timeout, max_queued=max_queued,
-                    chan_id=(nonce << RANK_BITS) | (rank + 1))
+                    chan_id=(nonce << RANK_BITS) | (rank + 1),
+                    level_stride=stride)
             while len(self.rx) < world - 1:
                 ch = self._lst.accept(timeout=timeout)
                 q = (ch.chan_id & ((1 << RANK_BITS) - 1)) - 1
