@@ -25,6 +25,24 @@ import p3.netns
 HELLO_WIRE = 40 + 32     # frame header + hello payload (p3.h)
 
 
+def connected_sockets():
+    """(socket, (local port, peer port)) for each connected IP socket of
+    this process, each a duplicate closed once the caller moves on."""
+    for fd in map(int, os.listdir('/proc/self/fd')):
+        try:
+            so = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with so:
+            if so.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                ports = (so.getsockname()[1], so.getpeername()[1])
+            except OSError:
+                continue
+            yield so, ports
+
+
 class _Hello(ctypes.Structure):
     """struct p3_hello, for raw hellos (held to the header by LayoutTest)."""
     _fields_ = [('chan_id', ctypes.c_uint64), ('cookie', ctypes.c_uint64),
@@ -412,19 +430,8 @@ class ChannelTest(unittest.TestCase):
             tx = p3.Channel.connect('127.0.0.1', lst.port, bands=4,
                                     level_stride=2)
             rx = lst.accept(timeout=30)
-            ends = {}                   # (local, peer) port: level
-            for fd in map(int, os.listdir('/proc/self/fd')):
-                try:
-                    so = socket.socket(fileno=os.dup(fd))
-                except OSError:
-                    continue
-                with so:
-                    try:
-                        ports = (so.getsockname()[1], so.getpeername()[1])
-                    except OSError:
-                        continue
-                    if lst.port in ports:
-                        ends[ports] = p3.tag_get(so)
+            ends = {ports: p3.tag_get(so)       # (local, peer) port: level
+                    for so, ports in connected_sockets() if lst.port in ports}
             tx.close()
             rx.close()
         self.assertEqual(len(ends), 8)          # 4 bands, both ends

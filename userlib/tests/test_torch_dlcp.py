@@ -74,20 +74,10 @@ def tcp_tag_levels():
     """The tag levels of this process's tagged, connected TCP sockets."""
     import socket
     import p3
-    levels = set()
-    for fd in map(int, os.listdir('/proc/self/fd')):
-        try:
-            so = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        with so:
-            try:
-                so.getpeername()
-            except OSError:
-                continue
-            if so.type == socket.SOCK_STREAM and p3.tag_get(so) is not None:
-                levels.add(p3.tag_get(so))
-    return sorted(levels)
+    from test_python import connected_sockets
+    return sorted({p3.tag_get(so) for so, _ in connected_sockets()
+                   if so.type == socket.SOCK_STREAM and
+                   p3.tag_get(so) is not None})
 
 
 def worker(kwargs_json, out):
