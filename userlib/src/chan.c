@@ -69,8 +69,8 @@ int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts)
 	return err;
 }
 
-/* The level band's sockets carry with stride, or -P3_ELEVEL past the last
- * one a tag can say.  Both factors are checked first: no overflow. */
+/* The tag level of band's sockets at stride, or -P3_ELEVEL past 63, the
+ * last level a tag can say.  Each factor is checked first: no overflow. */
 int chan_band_level(unsigned int band, unsigned int stride)
 {
 	if (band >= P3_MAX_BANDS || stride >= P3_MAX_BANDS || band * stride >= P3_MAX_BANDS)
