@@ -74,8 +74,12 @@ def job_ends(tap, what, r, iters, took, err):
 
 def interleaved(tap, stats, levels):
     """Bounded loss: levels 0..levels-1 on the even bands, their
-    datagrams on the odd band after each.  A rank pushes only the slices
-    another rank owns, so one host's band 1 may stay empty."""
+    datagrams on the odd band after each.  The qdisc counts packets and
+    bytes per band, not protocols, so a band is taken for datagrams when
+    its packets average at most one MTU frame (TCP's GSO packets to the
+    peer are larger); the old layout failed this on every host.  A rank
+    pushes only the slices another rank owns, so one host's band 1 may
+    stay empty."""
     for ns in HOSTS:
         b = stats.get(ns, {})
         big = {k: v["bytes"] // v["pkts"] for k, v in b.items()

@@ -121,9 +121,9 @@ int p3_tag_get(int fd, int method);
 /*
  * Structs that grow.  The option and statistics structs (p3_plan_opts,
  * p3_chan_opts, p3_qdisc_opts, p3_qdisc_stats) begin with `size`: the
- * caller's sizeof, or 0 for the first layout (LIBP3_1's, these
- * definitions), so a zeroed struct is always right.  New fields are only
- * ever appended.  A newer libp3 reads only the first `size` bytes of an
+ * caller's sizeof, or 0 for the first layout (LIBP3_1's: these
+ * definitions, less the fields marked as added since), so a zeroed
+ * struct is always right.  New fields are only ever appended.  A newer libp3 reads only the first `size` bytes of an
  * older caller's options and keeps its defaults for the rest, and writes
  * only `size` bytes of statistics.  Options from a newer caller that set
  * a field this libp3 does not know (a non-zero byte past its own layout)
@@ -297,14 +297,22 @@ struct p3_chan_opts {
 	int		progress;	/* 1: a background thread moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */
-	unsigned int	level_stride;	/* band b's sockets carry level
+	/* Since 0.3.  64 bits, so that on every ABI it starts where the
+	 * first layout's struct ended, its tail padding included. */
+	uint64_t	level_stride;	/* band b's sockets carry level
 					 * b * level_stride; 0 = 1.  Both
 					 * ends must set the same. */
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
- * no progress thread, peers declared lost after 30 s of silence. */
+ * no progress thread, peers declared lost after 30 s of silence, level
+ * stride 1.  size is the caller's sizeof(*opts): fields past it are left
+ * alone, so a program built against an older header keeps its own
+ * layout.  The macro passes it; p3_chan_opts_init itself, the first
+ * layout's entry point, fills only that layout. */
+void p3_chan_opts_init_sized(struct p3_chan_opts *opts, size_t size);
 void p3_chan_opts_init(struct p3_chan_opts *opts);
+#define p3_chan_opts_init(opts) p3_chan_opts_init_sized((opts), sizeof(*(opts)))
 
 /*
  * Sender: open opts->bands TCP connections to host:port, tag connection b

@@ -42,19 +42,33 @@ int chan_sock_peer_timeout(int fd, int timeout_ms)
 	return 0;
 }
 
-P3_EXPORT void p3_chan_opts_init(struct p3_chan_opts *o)
+P3_EXPORT void p3_chan_opts_init_sized(struct p3_chan_opts *o, size_t size)
 {
-	if (!o)
-		return;
-	*o = (struct p3_chan_opts){
-		.size = sizeof(*o),
+	struct p3_chan_opts d = {
 		.bands = DEFAULT_BANDS,
 		.tag_method = P3_METHOD_DEFAULT,
 		.notsent_lowat = -1,
 		.max_queued = DEFAULT_MAX_QUEUED,
 		.max_payload = P3_DEFAULT_MAX_PAYLOAD,
 		.timeout_ms = CHAN_DEFAULT_TIMEOUT_MS,
+		.level_stride = 1,
 	};
+
+	/* A caller's struct is never written past its own end: an older
+	 * program's ends at its layout, a newer one's new fields are zeroed
+	 * (their defaults, as the struct rule has it). */
+	if (!o || size < P3_CHAN_OPTS_SIZE_1 || size > UINT32_MAX)
+		return;
+	memset(o, 0, size);
+	memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+	o->size = (uint32_t)size;
+}
+
+/* The first layout's entry point: programs linked against it have room
+ * for that layout only. */
+P3_EXPORT void (p3_chan_opts_init)(struct p3_chan_opts *o)
+{
+	p3_chan_opts_init_sized(o, P3_CHAN_OPTS_SIZE_1);
 }
 
 int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts)
@@ -71,7 +85,7 @@ int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts)
 
 /* The tag level of band's sockets at stride, or -P3_ELEVEL past 63, the
  * last level a tag can say.  Each factor is checked first: no overflow. */
-int chan_band_level(unsigned int band, unsigned int stride)
+int chan_band_level(unsigned int band, uint64_t stride)
 {
 	if (band >= P3_MAX_BANDS || stride >= P3_MAX_BANDS || band * stride >= P3_MAX_BANDS)
 		return -P3_ELEVEL;

@@ -125,7 +125,7 @@ void done_push(struct p3_chan *c, const struct p3_completion *d);
 struct p3_chan *chan_alloc(int role, unsigned int bands, uint64_t id, uint32_t max_payload);
 /* The caller's options (NULL: the defaults) into *o, at the caller's size. */
 int chan_opts_read(struct p3_chan_opts *o, const struct p3_chan_opts *opts);
-int chan_band_level(unsigned int band, unsigned int stride);
+int chan_band_level(unsigned int band, uint64_t stride);
 /* Bound how long a band's peer may stay silent (opts.peer_timeout_ms). */
 int chan_sock_peer_timeout(int fd, int timeout_ms);
 int chan_wait_ms(uint64_t deadline_ns);

@@ -43,7 +43,7 @@ struct p3_listener {
 	int		progress;	/* channels get a progress thread */
 	int		peer_timeout_ms;
 	int		tag_method;	/* the accepted sockets' ACKs travel in their band */
-	unsigned int	level_stride;	/* band b's level is b * level_stride, as the sender's */
+	uint64_t	level_stride;	/* band b's level is b * level_stride, as the sender's */
 	struct pending	pend[MAX_PENDING];
 	unsigned int	npend;
 	struct group	grp[MAX_GROUPS];
@@ -266,8 +266,10 @@ static int hello_refusal(const struct p3_listener *l, const struct p3_hello *h)
 	/* Agreeing the bound: the sender's frames must fit our parser. */
 	if (h->max_payload > l->max_payload)
 		return P3_ETOOBIG;
-	/* A band whose level no tag can carry: its ACKs would go untagged. */
-	if (chan_band_level(h->band, l->level_stride) < 0)
+	/* A channel with a band whose level no tag can carry could never be
+	 * tagged whole: refuse each of its hellos, so that the sender learns
+	 * why at once instead of timing out. */
+	if (chan_band_level(h->bands - 1, l->level_stride) < 0)
 		return P3_ELEVEL;
 	return 0;
 }

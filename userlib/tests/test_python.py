@@ -8,6 +8,7 @@ import inspect
 import os
 import selectors
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -30,8 +31,10 @@ def connected_sockets():
     this process, each a duplicate closed once the caller moves on."""
     for fd in map(int, os.listdir('/proc/self/fd')):
         try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
             so = socket.socket(fileno=os.dup(fd))
-        except OSError:
+        except OSError:         # closed meanwhile (the listing's own fd)
             continue
         with so:
             if so.family not in (socket.AF_INET, socket.AF_INET6):

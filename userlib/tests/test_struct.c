@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 
+#include "chan.h"
 #include "internal.h"
 #include "tap.h"
 
@@ -67,6 +68,35 @@ static void test_chan_opts(void)
 	ok_err(p3_listen("127.0.0.1", "0", &x.o, &l), -EINVAL, "listen refuses a short size");
 }
 
+/* A program built against the first layout calls the function itself,
+ * not the header's macro: it gets that layout and not a byte past it,
+ * and the library reads it as that layout (level stride 1).  A newer
+ * program's fields past this library's are zeroed. */
+static void test_init_sizes(void)
+{
+	union {
+		struct p3_chan_opts	o;
+		uint8_t			b[sizeof(struct chan_opts_next)];
+	} u;
+	struct p3_chan_opts read;
+	struct chan_opts_next x;
+	size_t i, past = 0;
+
+	memset(&u, 0xa5, sizeof(u));
+	(p3_chan_opts_init)(&u.o);
+	for (i = P3_CHAN_OPTS_SIZE_1; i < sizeof(u); i++)
+		past += u.b[i] != 0xa5;
+	ok(u.o.size == P3_CHAN_OPTS_SIZE_1 && u.o.bands == 8 && !past,
+	   "the first layout's init fills %zu bytes, none past them (%zu written past)",
+	   (size_t)P3_CHAN_OPTS_SIZE_1, past);
+	ok(chan_opts_read(&read, &u.o) == 0 && read.level_stride == 1,
+	   "and is read as that layout: level stride 1");
+	memset(&x, 0xa5, sizeof(x));
+	p3_chan_opts_init_sized(&x.o, sizeof(x));
+	ok(x.o.size == sizeof(x) && x.o.level_stride == 1 && x.next_field == 0,
+	   "a newer caller's init: its size, this layout's defaults, its new field zero");
+}
+
 static void test_read_keeps_defaults(void)
 {
 	struct p3_chan_opts dst, src = { .size = offsetof(struct p3_chan_opts, timeout_ms) };
@@ -103,6 +133,7 @@ int main(void)
 {
 	test_plan_opts();
 	test_chan_opts();
+	test_init_sizes();
 	test_read_keeps_defaults();
 	test_out_len();
 	return tap_done();

@@ -101,7 +101,7 @@ class _ChanOpts(ctypes.Structure):
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
                 ('timeout_ms', _int), ('progress', _int),
-                ('peer_timeout_ms', _int), ('level_stride', _uint)]
+                ('peer_timeout_ms', _int), ('level_stride', _u64)]
 
 
 class _BufRef(ctypes.Structure):
@@ -165,7 +165,7 @@ _plan = _proto('p3_plan', _int, _P(_Tensor), _size, _P(_PlanOpts),
 _plan_free = _proto('p3_plan_free', None, _P(_Slice))
 _suggest = _proto('p3_plan_suggest_slice', _u64, ctypes.c_double,
                   ctypes.c_double, ctypes.c_double, ctypes.c_double)
-_opts_init = _proto('p3_chan_opts_init', None, _P(_ChanOpts))
+_opts_init = _proto('p3_chan_opts_init_sized', None, _P(_ChanOpts), _size)
 _connect = _proto('p3_chan_connect', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))
 _send = _proto('p3_chan_send', _int, _vp, _uint, _u32, _u64, _u32, _u64, _vp,
                _u64, _int)
@@ -437,7 +437,7 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
           max_payload=16 << 20, timeout=10.0, progress=True,
           peer_timeout=30.0, level_stride=1):
     o = _ChanOpts()
-    _opts_init(ctypes.byref(o))
+    _opts_init(ctypes.byref(o), ctypes.sizeof(o))
     o.bands = int(bands)
     o.tag_method = _method(method)
     o.chan_id = int(chan_id)
@@ -446,6 +446,10 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
     o.timeout_ms = _ms(timeout)     # None: -1, no bound
     o.progress = 1 if progress else 0
     o.peer_timeout_ms = -1 if peer_timeout is None else max(1, _ms(peer_timeout))
+    if not 0 < int(level_stride) < 1 << 32:
+        # ctypes would wrap it silently; libp3 refuses 64 and up itself.
+        raise ValueError('p3: level_stride must be a positive level count, '
+                         'not %r' % (level_stride,))
     o.level_stride = int(level_stride)
     return o
 

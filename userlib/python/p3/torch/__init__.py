@@ -164,7 +164,8 @@ def _warn_if_no_qdisc(found, tolerant=None):
             'p3.torch: loss_tolerance: the p3 qdisc on %s has no '
             'deadline on bands %s, where the datagrams go; they '
             'wait like reliable packets (tc class change dev %s '
-            'classid H:K p3 deadline 5ms, docs/torch.md)'
+            'classid H:K p3 deadline 5ms, K = band + 1 in hex; '
+            'docs/torch.md)'
             % (name, ', '.join(map(str, tolerant)), name), RuntimeWarning,
             stacklevel=3)
 

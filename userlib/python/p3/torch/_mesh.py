@@ -22,9 +22,14 @@ import p3.dgram
 RANK_BITS = 16
 
 
+# With datagrams, reliable level l is tagged STRIDE * l and its datagrams
+# the level after it.
+STRIDE = 2
+
+
 def dgram_level(level):
     """The tag level of reliable level level's datagrams."""
-    return 2 * level + 1
+    return STRIDE * level + 1
 
 
 def local_address(master_addr):
@@ -44,7 +49,7 @@ class Mesh:
         self.rank = rank
         self.tx, self.rx = {}, {}
         self.dg_tx, self.dg_rx = {}, None
-        stride = 2 if dgram else 1
+        stride = STRIDE if dgram else 1
         # A peer that vanishes without a FIN fails its channel after
         # timeout (TCP user timeout, keepalive), like every other wait.
         self._lst = p3.Listener(host=host, port=0, timeout=timeout,
