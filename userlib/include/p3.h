@@ -297,7 +297,7 @@ struct p3_chan_opts {
 	int		progress;	/* 1: a background thread moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */
-	/* Since 0.3.  64 bits, so that on every ABI it starts where the
+	/* Since 0.3 (libp3 1.2).  64 bits, so that on every ABI it starts where the
 	 * first layout's struct ended, its tail padding included. */
 	uint64_t	level_stride;	/* band b's sockets carry level
 					 * b * level_stride; 0 = 1.  Both
