@@ -83,7 +83,7 @@ echo "# p3_version(): $out; $(ldd "$tmp/v" | grep libp3)"
 # /lib is /usr/lib on a merged /usr (Debian 12): ldconfig may name either.
 lib=$(ldd "$tmp/v" | sed -n 's/.*libp3\.so\.1 => \([^ ]*\).*/\1/p')
 [ "$out" = "$(pkg-config --modversion libp3)" ] &&
-	[[ $(readlink -f "$lib") == /usr/lib/*/libp3.so.1.1.0 ]]
+	[[ $(readlink -f "$lib") == /usr/lib/*/libp3.so.$(pkg-config --modversion libp3) ]]
 tap $? "libp3-dev: cc \$(pkg-config --cflags --libs libp3) links libp3.so.1; p3_version() is the .pc's"
 
 for k in $kernels; do
