@@ -82,11 +82,12 @@ def interleaved(tap, stats, levels):
     stay empty."""
     for ns in HOSTS:
         b = stats.get(ns, {})
-        big = {k: v["bytes"] // v["pkts"] for k, v in b.items()
-               if k % 2 and k < 2 * levels and v["pkts"]
-               and v["bytes"] / v["pkts"] > MTU_PACKET}
-        tcp = [k for k, v in b.items() if not k % 2 and k < 2 * levels
-               and v["pkts"] and v["bytes"] / v["pkts"] > MTU_PACKET]
+        # Per job band: bytes per packet, where it carried any.
+        size = {k: v["bytes"] / v["pkts"] for k, v in b.items()
+                if k < 2 * levels and v["pkts"]}
+        big = {k: round(n) for k, n in size.items()
+               if k % 2 and n > MTU_PACKET}
+        tcp = [k for k, n in size.items() if not k % 2 and n > MTU_PACKET]
         tap.result(bool(levels and not big and tcp),
                    f"{ns}: the odd bands carry datagrams only, the even ones "
                    "TCP",

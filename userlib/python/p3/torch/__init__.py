@@ -34,7 +34,7 @@ import p3.dgram
 from ._dlcp import BoundedLoss, check_args as _check_dlcp
 from ._exchange import Exchange, PeerError, StepTimeout, np_dtypes
 from ._layout import Layout
-from ._mesh import Mesh, dgram_level, local_address
+from ._mesh import STRIDE, Mesh, dgram_level, local_address
 from ._slimdp import SlimDP, check_args as _check_slimdp
 
 __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
@@ -132,7 +132,7 @@ def _free_levels(found, lossy=False):
         # No qdisc, or untagged traffic in band 0, above everything: no
         # level can avoid it, so the job keeps them all.
         return DEFAULT_LEVELS
-    return min(DEFAULT_LEVELS, default // 2 if lossy else default) or 1
+    return min(DEFAULT_LEVELS, default // STRIDE if lossy else default) or 1
 
 
 def _agreed_levels(store, key, rank, world, free):
@@ -298,7 +298,8 @@ class DistributedOptimizer:
         model_bytes = sum(sizes)
         # Datagrams of a whole step may come before their owner registers
         # them (it is still summing the last one): room for two.
-        dgram = dict(bands=2 * nbands, chunk=p3.dgram.DEFAULT_CHUNK,
+        dgram = dict(bands=dgram_level(nbands - 1) + 1,
+                     chunk=p3.dgram.DEFAULT_CHUNK,
                      buf_bytes=max(4 << 20, 2 * model_bytes),
                      early_bytes=2 * model_bytes + (8 << 20)) if lossy else None
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % seq, st['rank'],
