@@ -340,6 +340,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             'spare_band': args.spare_band, 'levels': levels,
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
+            # Each timed step's backward pass, its gradient hooks included.
+            'backward': [ph[3] - ph[2] for ph in phases[args.warmup:]],
             'timeline': timeline,
             'params_equal': same, 'ranks': every,
             'loss': args.loss if pressure == 'loss' else None,

@@ -58,14 +58,16 @@ def lost_bytes_per_step(opt, chunk_lost):
                if chunk_lost(k))
 
 
-def recording_sender(levels):
+def recording_sender(levels, threads):
     """p3.dgram.Sender.send adding each level it is called with to
-    levels."""
+    levels, and the name of the thread that calls it to threads."""
+    import threading
     import p3.dgram
     real = p3.dgram.Sender.send
 
     def send(self, level, *args, **kw):
         levels.add(level)
+        threads.add(threading.current_thread().name)
         return real(self, level, *args, **kw)
     p3.dgram.Sender.send = send
 
@@ -83,16 +85,17 @@ def tcp_tag_levels():
 def worker(kwargs_json, out):
     kw = json.loads(kwargs_json)
     lose = kw.pop('lose', None)
-    dgram_levels = set()
+    dgram_levels, dgram_threads = set(), set()
 
     def chunk_lost(k):
         return k % 4 == 1
     if lose:
         lossy_sender(chunk_lost)
-    recording_sender(dgram_levels)
+    recording_sender(dgram_levels, dgram_threads)
 
     def at_end(opt):
         got = {'dgram_levels': sorted(dgram_levels),
+               'dgram_threads': sorted(dgram_threads),
                'tcp_levels': tcp_tag_levels(), 'levels': opt.levels,
                'slice_levels': sorted({sl.level
                                        for sl in opt._layout.slices})}
@@ -148,6 +151,66 @@ def bitmap():
        + got)
 
 
+def pusher_order():
+    """The pusher thread sends queued pushes most urgent level first, in
+    the order queued within a level: while the first push's datagrams
+    wait for room (a gate), the others are queued least urgent first;
+    each push's datagrams leave before its reliable part, and push()
+    returns at once."""
+    import threading
+    import time
+    from p3.torch._dlcp import BoundedLoss
+    from p3.torch._layout import Layout
+    from p3.torch._mesh import dgram_level
+    # Twelve 4 KiB float32 tensors on 4 levels, a message each, owned
+    # alternately by ranks 0 and 1: rank 1's six share levels.
+    lay = Layout([4096] * 12, 2, bands=4, slice_bytes=4096, itemsize=4)
+    sent, gate = [], threading.Event()
+
+    class Dgram:
+        chunk = 1408
+
+        def send(self, level, it, wire, data, timeout=None):
+            gate.wait(30)
+            sent.append(('dgram', level, wire))
+
+    class Channel:
+        def send_plan(self, slices, arrays, iteration=0, timeout=None):
+            sent.append(('reliable', slices[0].level, slices[0].tensor))
+
+    class Mesh:
+        dg_rx = Dgram
+        dg_tx = {1: Dgram()}
+        tx = {1: Channel()}
+        rx = {1: None}
+    bl = BoundedLoss(Mesh, lay, 0, ['float32'] * 12, 0.01, 0.5, 0.01)
+    level = {m: lay.slices[sl[0]].level for m, sl in lay.msgs.items()}
+    mine = sorted((m for m in lay.msgs if lay.owner[m] == 1),
+                  key=lambda m: -level[m])
+    grads = [np.ones(4096, np.uint8) for _ in range(12)]
+    pusher = threading.Thread(target=bl.run_pusher)
+    pusher.start()
+    t0 = time.monotonic()
+    bl.push(1, mine[0], 1, grads, 5)
+    time.sleep(0.2)             # the pusher takes it and waits at the gate
+    for m in mine[1:]:
+        bl.push(1, m, 1, grads, 5)
+    queued = time.monotonic() - t0
+    gate.set()
+    bl.close()
+    pusher.join(30)
+    rest = sorted(mine[1:], key=lambda m: (level[m], mine.index(m)))
+    want = []
+    for m in [mine[0]] + rest:
+        s = lay.msgs[m][0]
+        want += [('dgram', dgram_level(level[m]), s), ('reliable', level[m], s)]
+    ok(sent == want and len(set(level[m] for m in mine)) < len(mine) and
+       queued < 1 and not pusher.is_alive(),
+       'dlcp pusher: queued pushes leave most urgent level first, FIFO '
+       'within a level, datagrams before the reliable part; push() returns '
+       'at once (%.2f s): %s' % (queued, sent))
+
+
 def jobs():
     dense = job()
     exact = job(loss_tolerance=0.01)
@@ -177,6 +240,10 @@ def jobs():
        '(slice levels %s; TCP %s; datagrams %s)'
        % (levels, [r['tcp_levels'] for r in exact],
           [r['dgram_levels'] for r in exact]))
+    threads = sorted({t for r in exact for t in r['dgram_threads']})
+    ok(threads == ['p3.torch pusher'],
+       'dlcp: every datagram leaves from the pusher thread, none from the '
+       'backward pass (%s)' % threads)
     st = [r['stats'] for r in fetched]
     ok(all(r['final'] == d['final'] for r, d in zip(fetched, dense)) and
        all(s['bytes_lost'] == 0 and s['rerequests'] > 0 for s in st),
@@ -200,4 +267,5 @@ def jobs():
 
 
 if __name__ == '__main__':
-    sys.exit(tt.run_script([bad_arguments, bitmap, jobs], worker))
+    sys.exit(tt.run_script([bad_arguments, bitmap, pusher_order, jobs],
+                           worker))

@@ -399,7 +399,8 @@ class DistributedOptimizer:
         datagram's payload, the reliable parts and the chunks sent again;
         bytes_lost and rerequests are this rank's as an owner: bytes it
         summed as zeros, and the requests for chunks it made."""
-        pushed, returned = self._ex.bytes_pushed, self._ex.bytes_returned
+        pushed = self._ex.bytes_pushed + self._ex.bytes_resent
+        returned = self._ex.bytes_returned
         lossy = self._lossy
         return {'bytes_sent': pushed + returned, 'bytes_pushed': pushed,
                 'bytes_returned': returned,
@@ -430,6 +431,7 @@ class DistributedOptimizer:
             return
         for _, h in self._hooks:
             h.remove()
+        self._ex.finish_pushes()    # bounded loss: hands them to libp3
         try:
             for ch in self._mesh.tx.values():
                 ch.flush(timeout=self._timeout)

@@ -21,6 +21,13 @@ the owner asks the pusher for exactly the missing chunks over the
 reliable channel (a bitmap of chunks) and the pusher sends them back, so
 that no slice is ever summed with more lost than the bound.
 
+A push is queued, not sent, by the backward pass: a pusher thread
+(run_pusher) sends the queued pushes most urgent first.  A datagram
+socket's send buffer holds a few hundred kB, so sending a big layer's
+datagrams from the backward hook would stall backward until the link had
+drained the rest, and keep the next layers' more urgent pushes waiting
+behind it; the reliable channel queues instead, and so must this.
+
 Only pushes are loss-tolerant.  The averages the owner returns stay
 reliable: a rank that missed part of one would apply another update than
 the others, and the replicas would drift apart.
@@ -31,7 +38,9 @@ pusher: 2 NS + s the chunks asked for.  On the owner's datagram
 receiver: q NS + s, slice s from rank q.
 """
 import errno
+import heapq
 import math
+import threading
 
 import numpy as np
 
@@ -97,6 +106,11 @@ class BoundedLoss:
                       for s in self.out}
         self.rerequests = 0
         self.bytes_lost = 0
+        # Pushes queued for the pusher thread: (level, prio, seq, job).
+        self._queue = []
+        self._seq = 0
+        self._closing = False
+        self._cv = threading.Condition()
 
     # ------------------------------------------------------------ sizes
 
@@ -110,16 +124,16 @@ class BoundedLoss:
     # --------------------------------------------------------- the pusher
 
     def push(self, o, m, it, grad_bytes, timeout):
-        """Message m's slices to their owner o: datagrams, then the
-        reliable parts.  Returns the payload bytes sent."""
-        lay, slices, arrays, sent = self.lay, [], {}, 0
+        """Queue message m's push to its owner o for the pusher thread,
+        its reliable parts chosen and encoded now (a non-finite gradient
+        raises FloatingPointError here, in the backward pass).  Returns
+        the payload bytes the push will send."""
+        lay, dgrams, slices, arrays = self.lay, [], [], {}
         for s in lay.msgs[m]:
             sl = lay.slices[s]
             data = grad_bytes[sl.tensor][sl.offset:sl.offset + sl.length]
-            self.mesh.dg_tx[o].send(dgram_level(sl.level), it,
-                                    self.rank * self.ns + s, data,
-                                    timeout=timeout)
-            sent += sl.length
+            dgrams.append((dgram_level(sl.level), self.rank * self.ns + s,
+                           data))
             dt, n, k = self.geom[s]
             vals = data.view(dt)
             if k < n:
@@ -133,9 +147,45 @@ class BoundedLoss:
             slices.append(p3.Slice(s, 0, self.out[s].nbytes, sl.level, m,
                                    sl.prio))
             arrays[s] = self.out[s]
-        self.mesh.tx[o].send_plan(slices, arrays, iteration=it,
-                                  timeout=timeout)
-        return sent + sum(x.length for x in slices)
+        first = slices[0]
+        with self._cv:
+            if self._closing:
+                raise ValueError('p3.torch: push after close')
+            # seq orders equal priorities as queued and is never equal,
+            # so the job itself is never compared.
+            heapq.heappush(self._queue, (first.level, first.prio, self._seq,
+                                         (o, it, dgrams, slices, arrays,
+                                          timeout)))
+            self._seq += 1
+            self._cv.notify()
+        return sum(d.nbytes for _, _, d in dgrams) + sum(x.length
+                                                        for x in slices)
+
+    def run_pusher(self):
+        """The pusher thread's loop: the queued pushes, most urgent level
+        first, then in the order queued; after close(), what is still
+        queued, then return.  Raises what a send raised."""
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                o, it, dgrams, slices, arrays, timeout = \
+                    heapq.heappop(self._queue)[3]
+            # The datagrams first: the owner's wait for them starts at the
+            # reliable part (on_reliable).
+            for level, wire, data in dgrams:
+                self.mesh.dg_tx[o].send(level, it, wire, data,
+                                        timeout=timeout)
+            self.mesh.tx[o].send_plan(slices, arrays, iteration=it,
+                                      timeout=timeout)
+
+    def close(self):
+        """No more pushes: run_pusher returns once the queue is empty."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
 
     def expect_asks(self, s, it):
         """Where owner's request for slice s's chunks of step it lands."""

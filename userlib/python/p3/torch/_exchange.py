@@ -87,10 +87,12 @@ class Exchange:
         self._reply = {s: np.empty(wire[s], np.uint8)
                        for s in range(layout.ns)
                        if sparse and layout.owner[layout.slices[s].msg] != rank}
-        # Gradient payload bytes sent: pushed by the main thread, averages
-        # returned by the reducer (one writer each).
+        # Gradient payload bytes sent, one counter per writer: pushed (or
+        # queued for the pusher) by the main thread, averages returned and
+        # chunks sent again by the reducer.
         self.bytes_pushed = 0
         self.bytes_returned = 0
+        self.bytes_resent = 0
         self.cv = threading.Condition()
         self.error = None
         self._local = []            # owned messages whose local part is in
@@ -107,6 +109,12 @@ class Exchange:
         self._thread = threading.Thread(target=self._reducer, daemon=True,
                                         name='p3.torch reducer')
         self._thread.start()
+        self._pusher = None
+        if lossy:
+            self._pusher = threading.Thread(target=self._run_pusher,
+                                            daemon=True,
+                                            name='p3.torch pusher')
+            self._pusher.start()
 
     # ------------------------------------------------------------ counts
 
@@ -276,15 +284,37 @@ class Exchange:
                     self._reduce_if_complete(m, it)
         except p3.ClosedError:
             pass                    # close() ended us
-        except Exception as e:      # handed to the main thread
-            with self.cv:
-                if self.error is None:
-                    self.error = PeerError(
-                        'p3.torch: rank %d lost its exchange with %s'
-                        % (self.rank, e))
-                self.cv.notify_all()
+        except Exception as e:
+            self._fail(PeerError('p3.torch: rank %d lost its exchange with %s'
+                                 % (self.rank, e)))
         finally:
             sel.close()
+
+    def _fail(self, error):
+        """A thread's error, handed to the main thread's next call."""
+        with self.cv:
+            if self.error is None:
+                self.error = error
+            self.cv.notify_all()
+
+    # -------------------------------------------------- the pusher thread
+
+    def _run_pusher(self):
+        try:
+            self.lossy.run_pusher()
+        except p3.ClosedError:
+            pass                    # close() ended us
+        except p3.Error as e:
+            self._fail(PeerError('p3.torch: rank %d cannot push: %s'
+                                 % (self.rank, e)))
+        except Exception as e:      # pragma: no cover - a bug, surfaced
+            self._fail(e)
+
+    def finish_pushes(self):
+        """Send what is queued for the pusher, then stop it."""
+        if self._pusher:
+            self.lossy.close()
+            self._pusher.join(self.timeout)
 
     def _drain(self, q):
         try:
@@ -319,7 +349,7 @@ class Exchange:
                              c.iteration)
         elif c.tensor >= 2 * ns:        # the owner asks for chunks again
             try:
-                self.bytes_pushed += self.lossy.answer_ask(
+                self.bytes_resent += self.lossy.answer_ask(
                     c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
             except ValueError as e:
                 raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
@@ -405,6 +435,7 @@ class Exchange:
             self.cv.notify_all()
 
     def close(self):
+        self.finish_pushes()
         self._closing = True
         os.write(self._wake_w, b'x')
         self._thread.join(self.timeout)
