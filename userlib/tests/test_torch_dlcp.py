@@ -6,6 +6,8 @@
 - arguments: a bad loss_tolerance, deadline or reliable_fraction, or one
   given without loss_tolerance or with sparsify, raises ValueError;
 - a chunk bitmap naming chunks past a slice is refused;
+- the pusher thread: queued pushes leave most urgent level first, and
+  no datagram leaves from the backward pass;
 - two ranks as processes (test_torch.py's small CNN, 4 KiB slices):
   - no loss: parameters bitwise equal to dense p3's, nothing lost or
     asked for again; the levels interleave: every TCP socket of the job
@@ -14,7 +16,8 @@
     asked for again, so the parameters are still bitwise dense p3's;
   - the same loss, 50% tolerated: nothing asked for, bytes_lost exactly
     the bytes of the lost chunks, both ranks still bitwise equal (the
-    averages stay reliable), and the loss falls.
+    averages stay reliable), and the loss falls;
+  - a rank that leaves mid-job makes the other raise PeerError.
 Loss comes from a sender that leaves chunks out (the host's loopback has
 no netem); the VM's p3_torch.py loses them in the qdisc.
 """
@@ -82,9 +85,36 @@ def tcp_tag_levels():
                    p3.tag_get(so) is not None})
 
 
+def dies_after(opt, steps):
+    """This rank's opt.step(), then gone without a goodbye after steps
+    of them (the pause lets libp3 hand the last step's bytes to the
+    kernel)."""
+    import time
+    real, done = opt.step, [0]
+
+    def step(*a, **kw):
+        real(*a, **kw)
+        done[0] += 1
+        if done[0] == steps:
+            time.sleep(0.5)
+            os._exit(3)
+    opt.step = step
+
+
+def dgram_send_buffers():
+    """SO_SNDBUF of this process's connected UDP sockets (libp3's datagram
+    senders)."""
+    import socket
+    from test_python import connected_sockets
+    return sorted({so.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+                   for so, _ in connected_sockets()
+                   if so.type == socket.SOCK_DGRAM})
+
+
 def worker(kwargs_json, out):
     kw = json.loads(kwargs_json)
     lose = kw.pop('lose', None)
+    die_at = kw.pop('die_at', None)
     dgram_levels, dgram_threads = set(), set()
 
     def chunk_lost(k):
@@ -96,19 +126,36 @@ def worker(kwargs_json, out):
     def at_end(opt):
         got = {'dgram_levels': sorted(dgram_levels),
                'dgram_threads': sorted(dgram_threads),
+               'dgram_sndbuf': dgram_send_buffers(),
                'tcp_levels': tcp_tag_levels(), 'levels': opt.levels,
                'slice_levels': sorted({sl.level
                                        for sl in opt._layout.slices})}
         if lose:
             got['lost_per_step'] = lost_bytes_per_step(opt, chunk_lost)
         return got
-    tt.option_worker(kw, out, STEPS, tweak=lambda opt, rank: at_end)
+    def tweak(opt, rank):
+        if die_at is not None and rank == 1:
+            dies_after(opt, die_at)
+        return at_end
+    tt.option_worker(kw, out, STEPS, tweak=tweak)
 
 
 def job(**kw):
     res, _ = tt.run_ranks(lambda out: [__file__, '--worker', json.dumps(kw),
                                        out])
     return [r or {'error': 'no result'} for r in res]
+
+
+def peer_dies():
+    """Rank 1 leaves after 2 steps of a bounded-loss job; rank 0 raises
+    PeerError (timeout 10 s) instead of hanging."""
+    import time
+    t0 = time.monotonic()
+    r0 = job(loss_tolerance=0.01, die_at=2)[0]
+    took = time.monotonic() - t0
+    ok(r0.get('error') == 'PeerError' and took < 60,
+       'dlcp: rank 1 leaves after step 2; rank 0 raises %s, the job took '
+       '%.1f s: %s' % (r0.get('error'), took, r0.get('message', '')[:120]))
 
 
 def bad_arguments():
@@ -240,6 +287,13 @@ def jobs():
        '(slice levels %s; TCP %s; datagrams %s)'
        % (levels, [r['tcp_levels'] for r in exact],
           [r['dgram_levels'] for r in exact]))
+    from p3.torch._mesh import DGRAM_SEND_BUF
+    bufs = [r['dgram_sndbuf'] for r in exact]
+    # Linux doubles what SO_SNDBUF asks for (room for its bookkeeping).
+    ok(bufs == [[2 * DGRAM_SEND_BUF]] * 2,
+       'dlcp: each datagram sender\'s socket holds %d bytes of buffers, so '
+       'that little of a band waits in the qdisc (%s)'
+       % (2 * DGRAM_SEND_BUF, bufs))
     threads = sorted({t for r in exact for t in r['dgram_threads']})
     ok(threads == ['p3.torch pusher'],
        'dlcp: every datagram leaves from the pusher thread, none from the '
@@ -267,5 +321,5 @@ def jobs():
 
 
 if __name__ == '__main__':
-    sys.exit(tt.run_script([bad_arguments, bitmap, pusher_order, jobs],
-                           worker))
+    sys.exit(tt.run_script([bad_arguments, bitmap, pusher_order, jobs,
+                            peer_dies], worker))

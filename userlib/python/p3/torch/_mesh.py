@@ -27,6 +27,17 @@ RANK_BITS = 16
 STRIDE = 2
 
 
+# What a datagram sender's socket may hold (SO_SNDBUF; the kernel doubles
+# it to 64 kB of buffers, about 28 datagrams).  What it holds sits in the
+# qdisc, where it expires if more urgent bands keep the link longer than
+# the deadline; the rest waits in the pusher, which sends the most urgent
+# push first.  At 10 Mbit/s with a 0.5 s deadline, 32 kB instead of the
+# 426 kB that wmem_max allows cut the deadline drops from 10,614 to 1,219
+# a run (docs/benchmarks.md).  libp3's loop refills it from C, so it
+# keeps a 1 Gbit/s link fed too (half of it is 0.16 ms there).
+DGRAM_SEND_BUF = 32 << 10
+
+
 def dgram_level(level):
     """The tag level of reliable level level's datagrams."""
     return STRIDE * level + 1
@@ -70,7 +81,7 @@ class Mesh:
                 if dgram:
                     self.dg_tx[q] = p3.dgram.Sender(
                         addr, dgport, bands=dgram['bands'],
-                        chunk=dgram['chunk'], buf_bytes=dgram['buf_bytes'])
+                        chunk=dgram['chunk'], buf_bytes=DGRAM_SEND_BUF)
                 self.tx[q] = p3.Channel.connect(
                     addr, port, bands=bands, timeout=timeout,
                     peer_timeout=timeout, max_queued=max_queued,
