@@ -290,11 +290,16 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev = [], [], [], None
+    cpu, c_prev = [], None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
+        # This process's CPU time (every thread, user and system) a step:
+        # under TCG all of the guest's work shares one host thread.
+        c0 = time.process_time()
         if t_prev is not None and i > args.warmup:
             steps.append(t0 - t_prev)
-        t_prev = t0
+            cpu.append(c0 - c_prev)
+        t_prev, c_prev = t0, c0
         opt.zero_grad()
         f0 = time.monotonic()
         out = model(x)
@@ -342,6 +347,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
             # Each timed step's backward pass, its gradient hooks included.
             'backward': [ph[3] - ph[2] for ph in phases[args.warmup:]],
+            'cpu': cpu,
             'timeline': timeline,
             'params_equal': same, 'ranks': every,
             'loss': args.loss if pressure == 'loss' else None,
