@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,18 +24,38 @@
  * down to a multiple of 8 so that chunks hold whole fp64 values too. */
 #define DGRAM_DEFAULT_CHUNK	1408
 #define DGRAM_BATCH		64	/* datagrams per recvmmsg() */
+/* With UDP GRO a read may be one coalesced UDP payload, up to 64 KiB. */
+#define DGRAM_GRO_BATCH		16
+#define DGRAM_GRO_SLOT		65536
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT		103	/* linux/udp.h, Linux 4.18 */
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO			104	/* linux/udp.h, Linux 5.0 */
+#endif
+/* Segments per UDP GSO send: the kernel's cap on 6.1 (UDP_MAX_SEGMENTS;
+ * 6.12 allows 128), and what fits in one IPv4 UDP payload. */
+#ifndef DGRAM_GSO_MAX_SEGS	/* bench/chan/dgram.sh builds one copy with 1 */
+#define DGRAM_GSO_MAX_SEGS	64
+#endif
+#define DGRAM_GSO_MAX_BYTES	65507
 
 struct p3_dgram {
 	struct p3_dgram_opts	o;
 	struct p3_dgram_stats	st;
-	/* Sender: one socket per level, -1 until first used. */
+	/* Sender: one socket per level, -1 until first used, and how many
+	 * datagrams one send of it carries (1: no UDP GSO). */
 	int			fd[P3_MAX_BANDS];
+	unsigned int		segs[P3_MAX_BANDS];
 	struct sockaddr_storage	peer;
 	socklen_t		peer_len;
 	/* Receiver. */
 	int			rx_fd;
 	struct p3_dgram_rx	*rx;
-	uint8_t			*rbuf;		/* DGRAM_BATCH datagrams */
+	uint8_t			*rbuf;		/* batch reads of slot bytes */
+	size_t			slot;
+	unsigned int		batch;
 };
 
 P3_EXPORT void p3_dgram_opts_init(struct p3_dgram_opts *o)
@@ -128,6 +149,32 @@ P3_EXPORT int p3_dgram_connect(const char *host, const char *port,
 	return 0;
 }
 
+/*
+ * How many datagrams one send on fd carries, as one UDP GSO packet: it
+ * crosses the stack and the qdisc once, not once per datagram, which is
+ * most of what a datagram costs (the wire still sees datagrams).  As many
+ * as the kernel's limits allow and half the send buffer holds, so that
+ * one packet waits in the qdisc while the next is built.  1 (no GSO) if
+ * the kernel has no UDP_SEGMENT.
+ */
+static unsigned int gso_segments(int fd, uint32_t seg)
+{
+	int sndbuf = 0, size = (int)seg;
+	socklen_t len = sizeof(sndbuf);
+	unsigned int n;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0)
+		return 1;
+	n = (unsigned int)sndbuf / 2 / seg;
+	if (n > DGRAM_GSO_MAX_BYTES / seg)
+		n = DGRAM_GSO_MAX_BYTES / seg;
+	if (n > DGRAM_GSO_MAX_SEGS)
+		n = DGRAM_GSO_MAX_SEGS;
+	if (n < 2 || setsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, sizeof(size)) < 0)
+		return 1;
+	return n;
+}
+
 /* The level's socket, opened, connected and tagged on first use. */
 static int level_socket(struct p3_dgram *d, unsigned int level)
 {
@@ -150,8 +197,19 @@ static int level_socket(struct p3_dgram *d, unsigned int level)
 		close(fd);
 		return err;
 	}
+	d->segs[level] = gso_segments(fd, d->o.chunk + P3_FRAME_HDR_LEN);
 	d->fd[level] = fd;
 	return fd;
+}
+
+/* The level's sends go one datagram each from now on: its route cannot
+ * take UDP GSO (no checksum offload, or a path MTU below a frame). */
+static void gso_off(struct p3_dgram *d, unsigned int level)
+{
+	int zero = 0;
+
+	setsockopt(d->fd[level], SOL_UDP, UDP_SEGMENT, &zero, sizeof(zero));
+	d->segs[level] = 1;
 }
 
 /* Waits for room in fd's send buffer until the monotonic deadline (0:
@@ -178,10 +236,49 @@ static int wait_writable(int fd, uint64_t deadline)
 	}
 }
 
-/* Sends one datagram; a drop by the local qdisc (ENOBUFS) is a loss. */
-static int send_one(struct p3_dgram *d, int fd, struct iovec *iov, uint64_t deadline)
+/* Frames for one send: header and payload of each, in order. */
+struct dgram_batch {
+	struct iovec	iov[2 * DGRAM_GSO_MAX_SEGS];
+	uint8_t		hdr[DGRAM_GSO_MAX_SEGS][P3_FRAME_HDR_LEN];
+	unsigned int	frames;
+	uint64_t	bytes;		/* payload */
+};
+
+/* Up to max frames of data's [done, length), f's offset relative to its
+ * first byte. */
+static int batch_build(struct dgram_batch *b, struct p3_frame *f, uint64_t offset,
+		       const uint8_t *data, uint64_t done, uint64_t length, uint32_t chunk,
+		       unsigned int max)
 {
-	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+	int err;
+
+	b->frames = 0;
+	b->bytes = 0;
+	while (b->frames < max && done + b->bytes < length) {
+		struct iovec *iov = &b->iov[2 * b->frames];
+		uint64_t at = done + b->bytes;
+
+		f->offset = offset + at;
+		f->length = (uint32_t)(length - at < chunk ? length - at : chunk);
+		iov[0].iov_base = b->hdr[b->frames];
+		iov[0].iov_len = P3_FRAME_HDR_LEN;
+		iov[1].iov_base = (uint8_t *)data + at;
+		iov[1].iov_len = f->length;
+		err = p3_frame_header(iov[0].iov_base, f, iov[1].iov_base);
+		if (err)
+			return err;
+		b->bytes += f->length;
+		b->frames++;
+	}
+	return 0;
+}
+
+/* Sends a batch, its frames one datagram each on the wire; a drop by the
+ * local qdisc (ENOBUFS) is a loss. */
+static int batch_send(struct p3_dgram *d, int fd, const struct dgram_batch *b,
+		      uint64_t deadline)
+{
+	struct msghdr m = { .msg_iov = (struct iovec *)b->iov, .msg_iovlen = 2 * b->frames };
 	int err;
 
 	for (;;) {
@@ -190,7 +287,7 @@ static int send_one(struct p3_dgram *d, int fd, struct iovec *iov, uint64_t dead
 		if (errno == EINTR)
 			continue;
 		if (errno == ENOBUFS) {
-			d->st.dropped_local++;
+			d->st.dropped_local += b->frames;
 			break;
 		}
 		if (errno != EAGAIN)
@@ -199,7 +296,7 @@ static int send_one(struct p3_dgram *d, int fd, struct iovec *iov, uint64_t dead
 		if (err)
 			return err;
 	}
-	d->st.sent++;
+	d->st.sent += b->frames;
 	return 0;
 }
 
@@ -208,8 +305,7 @@ P3_EXPORT int p3_dgram_send(struct p3_dgram *d, unsigned int level, uint64_t ite
 			    int timeout_ms)
 {
 	struct p3_frame f = { .type = P3_FRAME_DATA, .tensor = tensor, .iter = iter };
-	uint8_t hdr[P3_FRAME_HDR_LEN];
-	struct iovec iov[2] = { { hdr, sizeof(hdr) } };
+	struct dgram_batch b;
 	uint64_t deadline = 0, done;
 	int fd, err, n = 0;
 
@@ -228,17 +324,22 @@ P3_EXPORT int p3_dgram_send(struct p3_dgram *d, unsigned int level, uint64_t ite
 	if (timeout_ms >= 0)
 		deadline = p3_now_ns() + (uint64_t)timeout_ms * 1000000 + 1;
 	f.level = (uint8_t)level;
-	for (done = 0; done < length; done += f.length) {
-		f.offset = offset + done;
-		f.length = (uint32_t)(length - done < d->o.chunk ? length - done : d->o.chunk);
-		iov[1].iov_base = (uint8_t *)data + done;
-		iov[1].iov_len = f.length;
-		err = p3_frame_header(hdr, &f, iov[1].iov_base);
+	for (done = 0; done < length; done += b.bytes) {
+		err = batch_build(&b, &f, offset, data, done, length, d->o.chunk,
+				  d->segs[level]);
 		if (!err)
-			err = send_one(d, fd, iov, deadline);
+			err = batch_send(d, fd, &b, deadline);
+		/* The kernel refuses GSO at send time on such a route
+		 * (EIO; a segment above the path MTU: EINVAL before Linux
+		 * 6.x, EMSGSIZE since): send this batch and the rest singly. */
+		if ((err == -EIO || err == -EINVAL || err == -EMSGSIZE) && d->segs[level] > 1) {
+			gso_off(d, level);
+			b.bytes = 0;
+			continue;
+		}
 		if (err)
 			return err;
-		n++;
+		n += (int)b.frames;
 	}
 	return n;
 }
@@ -264,6 +365,26 @@ static int bind_socket(const struct addrinfo *ai, int buf_bytes)
 		return err;
 	}
 	return fd;
+}
+
+/*
+ * How the receiver reads: with UDP GRO where the kernel has it, so that a
+ * sender's UDP GSO packet reaches the socket whole instead of cut into a
+ * datagram each (one copy and one read for up to 45 frames); else a
+ * datagram a slot, each slot one byte longer than a frame can be, so that
+ * an oversized datagram is seen whole as too long rather than cut to fit.
+ */
+static void rx_buffers(struct p3_dgram *d)
+{
+	int one = 1;
+
+	if (setsockopt(d->rx_fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0) {
+		d->slot = DGRAM_GRO_SLOT;
+		d->batch = DGRAM_GRO_BATCH;
+	} else {
+		d->slot = d->o.chunk + P3_FRAME_HDR_LEN + 1;
+		d->batch = DGRAM_BATCH;
+	}
 }
 
 P3_EXPORT int p3_dgram_bind(const char *host, const char *port,
@@ -295,7 +416,8 @@ P3_EXPORT int p3_dgram_bind(const char *host, const char *port,
 	if (d) {
 		d->rx_fd = fd;
 		d->rx = p3_dgram_rx_new(o.bands, o.chunk, o.early_bytes, &d->st);
-		d->rbuf = malloc((size_t)DGRAM_BATCH * (o.chunk + P3_FRAME_HDR_LEN + 1));
+		rx_buffers(d);
+		d->rbuf = malloc((size_t)d->batch * d->slot);
 	}
 	if (!d || !d->rx || !d->rbuf) {
 		if (d)
@@ -342,35 +464,70 @@ P3_EXPORT int p3_dgram_finish(struct p3_dgram *d, uint32_t tensor, uint64_t afte
 	return p3_dgram_rx_finish(d->rx, tensor, after_ns, p3_now_ns());
 }
 
-/* Reads what the socket holds now, a batch at a time; each datagram one
- * byte longer than a frame can be, so that an oversized one is seen
- * whole as too long rather than cut to fit. */
+/* The segment size of a read the kernel coalesced (UDP GRO), else 0. */
+static size_t gro_segment(const struct msghdr *m)
+{
+	struct cmsghdr *c;
+	int size;
+
+	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			memcpy(&size, CMSG_DATA(c), sizeof(size));
+			return size > 0 ? (size_t)size : 0;
+		}
+	return 0;
+}
+
+/* One read: a datagram, or consecutive datagrams of seg bytes each (the
+ * last may be shorter) that the kernel coalesced. */
+static void input_read(struct p3_dgram *d, const uint8_t *buf, size_t len, size_t seg)
+{
+	size_t off;
+
+	if (!seg || seg >= len) {
+		p3_dgram_rx_input(d->rx, buf, len, p3_now_ns());
+		return;
+	}
+	for (off = 0; off < len; off += seg)
+		p3_dgram_rx_input(d->rx, buf + off, len - off < seg ? len - off : seg,
+				  p3_now_ns());
+}
+
+/* Reads what the socket holds now, a batch at a time. */
 static int drain(struct p3_dgram *d)
 {
-	size_t slot = d->o.chunk + P3_FRAME_HDR_LEN + 1;
+	union {
+		char		buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr	align;
+	} ctl[DGRAM_BATCH];
 	struct mmsghdr msgs[DGRAM_BATCH];
 	struct iovec iov[DGRAM_BATCH];
-	int i, n;
+	unsigned int i;
+	int n;
 
 	for (;;) {
-		for (i = 0; i < DGRAM_BATCH; i++) {
-			iov[i].iov_base = d->rbuf + (size_t)i * slot;
-			iov[i].iov_len = slot;
+		for (i = 0; i < d->batch; i++) {
+			iov[i].iov_base = d->rbuf + (size_t)i * d->slot;
+			iov[i].iov_len = d->slot;
 			memset(&msgs[i].msg_hdr, 0, sizeof(msgs[i].msg_hdr));
 			msgs[i].msg_hdr.msg_iov = &iov[i];
 			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_control = ctl[i].buf;
+			msgs[i].msg_hdr.msg_controllen = sizeof(ctl[i].buf);
 		}
-		n = recvmmsg(d->rx_fd, msgs, DGRAM_BATCH, MSG_DONTWAIT, NULL);
+		n = recvmmsg(d->rx_fd, msgs, d->batch, MSG_DONTWAIT, NULL);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
-		for (i = 0; i < n; i++) {
+		for (i = 0; i < (unsigned int)n; i++) {
 			if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) {
 				d->st.bad++;
 				continue;
 			}
-			p3_dgram_rx_input(d->rx, iov[i].iov_base, msgs[i].msg_len, p3_now_ns());
+			input_read(d, iov[i].iov_base, msgs[i].msg_len,
+				   gro_segment(&msgs[i].msg_hdr));
 		}
-		if (n < DGRAM_BATCH)
+		if ((unsigned int)n < d->batch)
 			return 0;
 	}
 }

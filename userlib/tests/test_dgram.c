@@ -4,15 +4,23 @@
  * at the deadline with zeros and their ranges, tensors of which nothing
  * came, datagrams that come before their tensor, duplicates and stale
  * iterations, hostile datagrams (none writes outside its chunk), bad
- * arguments, and a peer whose port is closed.
+ * arguments, a peer whose port is closed, and UDP GSO and GRO: a send
+ * carries many frames, a coalesced read is cut back into them, and a
+ * route that cannot take GSO gets the frames one datagram each.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "p3.h"
@@ -20,6 +28,14 @@
 #include "util.h"
 
 #define CHUNK	1000
+#define FRAME	(P3_FRAME_HDR_LEN + CHUNK)
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT	103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO		104
+#endif
 
 static struct p3_dgram *rx, *tx;
 
@@ -317,6 +333,192 @@ static void test_refused(void)
 	p3_dgram_close(d);
 }
 
+
+/* A UDP socket on loopback that takes coalesced reads (UDP GRO). */
+static int gro_socket(char *port, size_t len)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), one = 1;
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+	    getsockname(fd, (struct sockaddr *)&a, &alen) ||
+	    setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)))
+		exit(2);
+	snprintf(port, len, "%d", ntohs(a.sin_port));
+	return fd;
+}
+
+/* Reads one datagram (or coalesced run) into buf; its length, the
+ * segment size the kernel reported (0: none), or -1 after 1 s. */
+static ssize_t read_gro(int fd, uint8_t *buf, size_t len, int *seg)
+{
+	union {
+		char		b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr	align;
+	} ctl;
+	struct iovec iov = { buf, len };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			    .msg_controllen = sizeof(ctl.b) };
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct cmsghdr *c;
+	ssize_t n;
+
+	if (poll(&p, 1, 1000) != 1)
+		return -1;
+	n = recvmsg(fd, &m, 0);
+	*seg = 0;
+	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO)
+			memcpy(seg, CMSG_DATA(c), sizeof(*seg));
+	return n;
+}
+
+static void test_gso_send(void)
+{
+	static uint8_t src[100 * CHUNK], buf[65536];
+	struct p3_frame_limits lim = { .max_payload = CHUNK };
+	struct p3_dgram_opts o;
+	struct p3_dgram *d;
+	struct p3_frame f;
+	char port[16];
+	int fd, seg, reads = 0, frames = 0, in_order = 1;
+	uint64_t next = 0;
+	ssize_t n, at;
+
+	fill_pattern(src, sizeof(src), 5, 1);
+	fd = gro_socket(port, sizeof(port));
+	p3_dgram_opts_init(&o);
+	o.chunk = CHUNK;
+	if (p3_dgram_connect("127.0.0.1", port, &o, &d))
+		exit(2);
+	ok(p3_dgram_send(d, 1, 1, 5, 0, src, sizeof(src), 1000) == 100, "gso: 100 frames sent");
+	while (frames < 100 && (n = read_gro(fd, buf, sizeof(buf), &seg)) > 0) {
+		reads++;
+		for (at = 0; at < n; at += seg ? seg : n) {
+			size_t len = (size_t)(seg && n - at > seg ? seg : n - at);
+
+			if (p3_frame_parse(buf + at, len, &lim, &f) != (int)len ||
+			    f.offset != next || f.length != CHUNK ||
+			    memcmp(f.payload, src + next, CHUNK))
+				in_order = 0;
+			next += CHUNK;
+			frames++;
+		}
+	}
+	ok(frames == 100 && in_order, "gso: every frame whole, in order, a datagram each");
+	/* One datagram a send would be 100 reads: the sends carried many. */
+	ok(reads <= 10, "gso: 100 frames came in %d sends", reads);
+	p3_dgram_close(d);
+	close(fd);
+}
+
+/* Frames of tensor 20 (CHUNK each) as one UDP GSO packet to the receiver;
+ * the frame at bad gets a wrong checksum. */
+static void send_gso(int fd, const uint8_t *src, int frames, int bad)
+{
+	static uint8_t b[64 * FRAME];
+	int i, size = FRAME;
+
+	for (i = 0; i < frames; i++) {
+		struct p3_frame f = { .type = P3_FRAME_DATA, .tensor = 20, .iter = 1,
+				      .offset = (uint64_t)i * CHUNK, .length = CHUNK };
+
+		p3_frame_header(b + i * FRAME, &f, src + i * CHUNK);
+		memcpy(b + i * FRAME + P3_FRAME_HDR_LEN, src + i * CHUNK, CHUNK);
+		if (i == bad)
+			b[i * FRAME + P3_FRAME_HDR_LEN] ^= 1;
+	}
+	setsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, sizeof(size));
+	send(fd, b, (size_t)frames * FRAME, 0);
+}
+
+static void test_gro_receive(void)
+{
+	static uint8_t src[8 * CHUNK], dst[8 * CHUNK];
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct p3_dgram_completion c;
+	struct p3_dgram_stats st;
+	int fd;
+
+	open_pair();
+	fill_pattern(src, sizeof(src), 20, 1);
+	memset(dst, 0xee, sizeof(dst));
+	ok(p3_dgram_expect(rx, 20, dst, sizeof(dst), 1, 0) == 0, "gro: registered");
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	to.sin_port = htons((uint16_t)p3_dgram_port(rx));
+	connect(fd, (struct sockaddr *)&to, sizeof(to));
+	/* Frames 0-5 with frame 2 corrupt, then frames 0-7 whole. */
+	send_gso(fd, src, 6, 2);
+	p3_dgram_poll(rx, 100);
+	p3_dgram_stats(rx, &st);
+	ok(st.bad == 1 && st.stored == 5, "gro: a coalesced read is cut into frames, the bad "
+	   "one alone refused (bad %llu, stored %llu)", (unsigned long long)st.bad,
+	   (unsigned long long)st.stored);
+	send_gso(fd, src, 8, -1);
+	ok(next_completion(&c) && c.tensor == 20 && c.missing == 0 &&
+	   !memcmp(src, dst, sizeof(dst)), "gro: the tensor completes whole, byte for byte");
+	close(fd);
+	close_pair();
+}
+
+/* In a network namespace of its own, loopback's MTU cut below a frame
+ * of 4,000 bytes: the kernel refuses GSO there, libp3 sends each frame
+ * as a datagram of its own (IP fragments it).  Exit status: 0 whole,
+ * 1 not, 100 no namespace. */
+static int child_fallback(void)
+{
+	static uint8_t src[5 * 4000], dst[5 * 4000];
+	struct ifreq ifr = { .ifr_name = "lo" };
+	struct p3_dgram_completion c;
+	struct p3_dgram_opts o;
+	int s, n;
+
+	if (unshare(CLONE_NEWNET))
+		return 100;
+	s = socket(AF_INET, SOCK_DGRAM, 0);
+	ifr.ifr_mtu = 1500;
+	if (ioctl(s, SIOCSIFMTU, &ifr))
+		return 100;
+	ifr.ifr_flags = IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr))
+		return 100;
+	close(s);
+	p3_dgram_opts_init(&o);
+	o.chunk = 4000;
+	if (p3_dgram_bind("127.0.0.1", "0", &o, &rx))
+		return 1;
+	snprintf((char *)dst, 16, "%d", p3_dgram_port(rx));
+	if (p3_dgram_connect("127.0.0.1", (char *)dst, &o, &tx))
+		return 1;
+	fill_pattern(src, sizeof(src), 3, 1);
+	memset(dst, 0, sizeof(dst));
+	p3_dgram_expect(rx, 3, dst, sizeof(dst), 1, 0);
+	n = p3_dgram_send(tx, 0, 1, 3, 0, src, sizeof(src), 1000);
+	if (n != 5)
+		return 1;
+	if (!next_completion(&c) || c.missing || memcmp(src, dst, sizeof(dst)))
+		return 1;
+	return 0;
+}
+
+static void test_gso_fallback(void)
+{
+	int status = -1;
+	pid_t pid = fork();
+
+	if (!pid)
+		_exit(child_fallback());
+	waitpid(pid, &status, 0);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 100) {
+		ok(1, "gso refused by the route # SKIP cannot create a network namespace");
+		return;
+	}
+	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "gso refused by the route (MTU below a frame): every frame sent singly, the tensor whole");
+}
+
 int main(void)
 {
 	test_whole();
@@ -327,5 +529,8 @@ int main(void)
 	test_hostile();
 	test_args();
 	test_refused();
+	test_gso_send();
+	test_gro_receive();
+	test_gso_fallback();
 	return tap_done();
 }
