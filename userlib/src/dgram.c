@@ -479,21 +479,6 @@ static size_t gro_segment(const struct msghdr *m)
 	return 0;
 }
 
-/* One read: a datagram, or consecutive datagrams of seg bytes each (the
- * last may be shorter) that the kernel coalesced. */
-static void input_read(struct p3_dgram *d, const uint8_t *buf, size_t len, size_t seg)
-{
-	size_t off;
-
-	if (!seg || seg >= len) {
-		p3_dgram_rx_input(d->rx, buf, len, p3_now_ns());
-		return;
-	}
-	for (off = 0; off < len; off += seg)
-		p3_dgram_rx_input(d->rx, buf + off, len - off < seg ? len - off : seg,
-				  p3_now_ns());
-}
-
 /* Reads what the socket holds now, a batch at a time. */
 static int drain(struct p3_dgram *d)
 {
@@ -524,8 +509,8 @@ static int drain(struct p3_dgram *d)
 				d->st.bad++;
 				continue;
 			}
-			input_read(d, iov[i].iov_base, msgs[i].msg_len,
-				   gro_segment(&msgs[i].msg_hdr));
+			p3_dgram_rx_input_run(d->rx, iov[i].iov_base, msgs[i].msg_len,
+					      gro_segment(&msgs[i].msg_hdr), p3_now_ns());
 		}
 		if ((unsigned int)n < d->batch)
 			return 0;

@@ -19,6 +19,12 @@ void p3_dgram_rx_free(struct p3_dgram_rx *rx);
  * or why it was dropped. */
 int p3_dgram_rx_input(struct p3_dgram_rx *rx, const void *buf, size_t len, uint64_t now);
 
+/* One read the kernel coalesced (UDP GRO): consecutive datagrams of seg
+ * bytes each, the last possibly shorter, each put through
+ * p3_dgram_rx_input().  seg 0 (or >= len): one datagram. */
+void p3_dgram_rx_input_run(struct p3_dgram_rx *rx, const void *buf, size_t len, size_t seg,
+			   uint64_t now);
+
 int p3_dgram_rx_expect(struct p3_dgram_rx *rx, uint32_t tensor, void *buf, uint64_t size,
 		       uint64_t iter, uint64_t deadline_ns, uint64_t now);
 int p3_dgram_rx_finish(struct p3_dgram_rx *rx, uint32_t tensor, uint64_t after_ns,

@@ -325,6 +325,20 @@ int p3_dgram_rx_input(struct p3_dgram_rx *rx, const void *buf, size_t len, uint6
 	return store(rx, t, &f, now);
 }
 
+void p3_dgram_rx_input_run(struct p3_dgram_rx *rx, const void *buf, size_t len, size_t seg,
+			   uint64_t now)
+{
+	const uint8_t *p = buf;
+	size_t off;
+
+	if (!seg || seg >= len) {
+		p3_dgram_rx_input(rx, buf, len, now);
+		return;
+	}
+	for (off = 0; off < len; off += seg)
+		p3_dgram_rx_input(rx, p + off, len - off < seg ? len - off : seg, now);
+}
+
 /* Stores, or drops as stale, the waiting datagrams of t's tensor that are
  * not newer than its registered iteration. */
 static void early_replay(struct p3_dgram_rx *rx, struct dg_tensor *t, uint64_t now)

@@ -9,7 +9,9 @@
  * missing ranges add up to what the completion said.
  *
  * Step: [op u8] then, for "feed", [flags u8][len u16 le][len bytes]
- * (flags bit 0 repairs the frame's CRC so that mutations get past it).
+ * (flags bit 0 repairs the frames' CRCs so that mutations get past them;
+ * bits 1-2 make the bytes one read the kernel coalesced, UDP GRO, of
+ * frames of a full chunk or of flags >> 3 bytes each).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -96,6 +98,33 @@ static void check_completions(struct p3_dgram_rx *rx)
 	}
 }
 
+/* A read as the kernel may coalesce it (UDP GRO): none, whole frames of
+ * a full chunk, or any size a hostile sender's UDP_SEGMENT chose. */
+static size_t coalesced_segment(uint8_t b)
+{
+	switch ((b >> 1) & 3) {
+	case 0:
+		return 0;
+	case 1:
+		return P3_FRAME_HDR_LEN + CHUNK;
+	default:
+		return b >> 3;
+	}
+}
+
+/* Repairs the CRC of each frame of a run of seg bytes each (0: one). */
+static void reseal_run(uint8_t *p, size_t len, size_t seg)
+{
+	size_t off;
+
+	if (!seg || seg >= len) {
+		reseal(p, len);
+		return;
+	}
+	for (off = 0; off < len; off += seg)
+		reseal(p + off, len - off < seg ? len - off : seg);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	size_t total = tensor_at(NT - 1) + sizes[NT - 1] + FENCE;
@@ -103,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t iter[NT] = { 5, 5, 5 }, now = 1000;
 	struct p3_dgram_rx *rx;
 	uint8_t *arena, *buf;
-	size_t i = 0, len;
+	size_t i = 0, len, seg;
 	unsigned int k;
 
 	arena = malloc(total);
@@ -125,9 +154,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* An exact-size copy: an over-read hits ASan's redzone. */
 			buf = malloc(len ? len : 1);
 			memcpy(buf, data + i + 3, len);
+			seg = coalesced_segment(data[i]);
 			if (data[i] & 1)
-				reseal(buf, len);
-			p3_dgram_rx_input(rx, buf, len, now);
+				reseal_run(buf, len, seg);
+			p3_dgram_rx_input_run(rx, buf, len, seg, now);
 			free(buf);
 			i += 3 + len;
 			break;
