@@ -14,13 +14,15 @@ if [ "${1:-}" = -r ]; then
 fi
 out=build/bench/chan
 mkdir -p "$out"
-# libp3's sources, as userlib/Makefile lists them
+# libp3's sources, as userlib/Makefile lists them (make expands $(SRCS))
+# shellcheck disable=SC2016
 srcs=$(printf 'print-srcs:\n\t@echo $(SRCS:%%=src/%%)\n' |
 	make -s --no-print-directory -C userlib -f Makefile -f - print-srcs | sed 's|src/|userlib/src/|g')
 for variant in gso single; do
 	def=
 	[ $variant = single ] && def=-DDGRAM_GSO_MAX_SEGS=1
-	# shellcheck disable=SC2086
+	# word splitting wanted: flag and file lists
+	# shellcheck disable=SC2086,SC2046
 	cc -O2 -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror $def \
 		-Iuserlib/include -Iuserlib/src -Iinclude/uapi -DP3_LIB_VERSION='"bench"' \
 		$(pkg-config --cflags libnl-route-3.0) -o "$out/dgram-$variant" \
