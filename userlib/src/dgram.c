@@ -327,11 +327,13 @@ P3_EXPORT int p3_dgram_send(struct p3_dgram *d, unsigned int level, uint64_t ite
 	for (done = 0; done < length; done += b.bytes) {
 		err = batch_build(&b, &f, offset, data, done, length, d->o.chunk,
 				  d->segs[level]);
-		if (!err)
-			err = batch_send(d, fd, &b, deadline);
+		if (err)
+			return err;
+		err = batch_send(d, fd, &b, deadline);
 		/* The kernel refuses GSO at send time on such a route
-		 * (EIO; a segment above the path MTU: EINVAL before Linux
-		 * 6.x, EMSGSIZE since): send this batch and the rest singly. */
+		 * (EIO; a segment above the path MTU: EINVAL on older
+		 * kernels, EMSGSIZE on newer): send this batch and the rest
+		 * singly. */
 		if ((err == -EIO || err == -EINVAL || err == -EMSGSIZE) && d->segs[level] > 1) {
 			gso_off(d, level);
 			b.bytes = 0;
