@@ -18,7 +18,8 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
     interleave: each level's datagrams travel in the odd band right after
     its reliable band, band 1 (the first layers') included, and the odd
     bands carry nothing but datagrams, one MTU at most a packet, where
-    the reliable bands carry TCP's GSO packets.
+    the reliable bands carry TCP's GSO packets (this once with
+    P3_DGRAM_GSO=0: libp3's UDP GSO packets hold many frames).
 
 Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 """
@@ -45,13 +46,13 @@ def bands_used(ns):
 MTU_PACKET = 1514
 
 
-def train(mode, iters):
-    """bench/torch's job in mode: (rank 0's record, per-host band stats,
-    seconds, error text)."""
+def train(mode, iters, env=""):
+    """bench/torch's job in mode, with env (VAR=value ...) added: (rank 0's
+    record, per-host band stats, seconds, error text)."""
     out = tempfile.mktemp(prefix="p3torch-", suffix=".jsonl")
     t0 = time.monotonic()
     try:
-        p3lib.sh(f"env P3_TORCH_OUT={out} bench/torch/vm.sh --modes {mode} "
+        p3lib.sh(f"env {env} P3_TORCH_OUT={out} bench/torch/vm.sh --modes {mode} "
                  f"--bulk 0 --warmup 1 --iters {iters} --batch 8 "
                  f"--check-params", timeout=1500)
         with open(out) as f:
@@ -77,9 +78,9 @@ def interleaved(tap, stats, levels):
     datagrams on the odd band after each.  The qdisc counts packets and
     bytes per band, not protocols, so a band is taken for datagrams when
     its packets average at most one MTU frame (TCP's GSO packets to the
-    peer are larger); the old layout failed this on every host.  A rank
-    pushes only the slices another rank owns, so one host's band 1 may
-    stay empty."""
+    peer are larger); the old layout failed this on every host.  libp3
+    sends its datagrams as UDP GSO packets of many frames, so this job
+    runs with P3_DGRAM_GSO=0, one datagram a send."""
     for ns in HOSTS:
         b = stats.get(ns, {})
         # Per job band: bytes per packet, where it carried any.
@@ -95,6 +96,11 @@ def interleaved(tap, stats, levels):
                    f"{big or 'none'}; even bands with TCP's larger packets "
                    f"{tcp}; bytes per band "
                    + str({k: v["bytes"] for k, v in sorted(b.items())}))
+
+
+def first_layers(tap, stats, levels):
+    """A rank pushes only the slices another rank owns, so one host's
+    band 1 may stay empty."""
     first = {ns: stats.get(ns, {}).get(1, {}).get("pkts", 0) for ns in HOSTS}
     tap.result(levels > 0 and any(first.values()),
                "the first layers' datagrams travel in band 1, right after "
@@ -122,8 +128,14 @@ def main():
                    f"{ns}: gradient slices spread over the bands by level",
                    "bands with packets %s; bytes per band %s" % (
                        used, {k: v["bytes"] for k, v in sorted(b.items())}))
+    # Datagrams as libp3 sends them (UDP GSO) through the qdisc's
+    # deadline bands; then one a send, to tell them from TCP by size.
     r, stats, took, err = train("p3dlcp", args.iters)
     job_ends(tap, "bounded loss", r, args.iters, took, err)
+    first_layers(tap, stats, r.get("levels") or 0)
+    r, stats, took, err = train("p3dlcp", args.iters, env="P3_DGRAM_GSO=0")
+    job_ends(tap, "bounded loss, one datagram a send", r, args.iters, took,
+             err)
     interleaved(tap, stats, r.get("levels") or 0)
     problems = klog.new_problems()
     tap.result(not problems, "kernel log clean", "\n".join(problems))

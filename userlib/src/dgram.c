@@ -149,6 +149,16 @@ P3_EXPORT int p3_dgram_connect(const char *host, const char *port,
 	return 0;
 }
 
+/* P3_DGRAM_GSO=0 in the environment: one datagram a send, for a NIC or
+ * tunnel that mishandles UDP GSO without refusing it, and for tests that
+ * tell datagrams from TCP by their size in the qdisc. */
+static int gso_disabled(void)
+{
+	const char *v = getenv("P3_DGRAM_GSO");
+
+	return v && !strcmp(v, "0");
+}
+
 /*
  * How many datagrams one send on fd carries, as one UDP GSO packet: it
  * crosses the stack and the qdisc once, not once per datagram, which is
@@ -163,7 +173,8 @@ static unsigned int gso_segments(int fd, uint32_t seg)
 	socklen_t len = sizeof(sndbuf);
 	unsigned int n;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0)
+	if (gso_disabled() ||
+	    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) < 0 || sndbuf <= 0)
 		return 1;
 	n = (unsigned int)sndbuf / 2 / seg;
 	if (n > DGRAM_GSO_MAX_BYTES / seg)

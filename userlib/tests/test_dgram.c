@@ -410,6 +410,16 @@ static void test_gso_send(void)
 	/* One datagram a send would be 100 reads: the sends carried many. */
 	ok(reads <= 10, "gso: 100 frames came in %d sends", reads);
 	p3_dgram_close(d);
+	/* P3_DGRAM_GSO=0: a datagram a send, for a socket opened after it. */
+	setenv("P3_DGRAM_GSO", "0", 1);
+	if (p3_dgram_connect("127.0.0.1", port, &o, &d))
+		exit(2);
+	p3_dgram_send(d, 1, 2, 5, 0, src, 10 * CHUNK, 1000);
+	for (reads = 0; reads < 10 && read_gro(fd, buf, sizeof(buf), &seg) == FRAME; reads++)
+		;
+	ok(reads == 10, "P3_DGRAM_GSO=0: 10 frames, 10 datagrams of one frame (%d)", reads);
+	unsetenv("P3_DGRAM_GSO");
+	p3_dgram_close(d);
 	close(fd);
 }
 
