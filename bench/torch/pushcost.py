@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 
 import p3.dgram  # noqa: E402
-from p3.torch import _sparse  # noqa: E402
+from p3.torch import _dlcp, _sparse  # noqa: E402
 from p3.torch._layout import Layout  # noqa: E402
 from model import VGGSmall  # noqa: E402
 
@@ -51,9 +51,8 @@ def pushed_slices(levels):
 
 
 def select(vals):
-    n = vals.size
-    k = min(n, max(1, math.ceil(FRACTION * n)))
-    idx = np.sort(np.argpartition(np.abs(vals), n - k)[n - k:])
+    """What BoundedLoss.push chooses: the top FRACTION, checked finite."""
+    idx = _dlcp.largest(vals, max(1, math.ceil(FRACTION * vals.size)))
     if not np.all(np.isfinite(vals[idx])):
         raise FloatingPointError
     return idx

@@ -478,12 +478,12 @@ P3_EXPORT int p3_dgram_finish(struct p3_dgram *d, uint32_t tensor, uint64_t afte
 }
 
 /* The segment size of a read the kernel coalesced (UDP GRO), else 0. */
-static size_t gro_segment(const struct msghdr *m)
+static size_t gro_segment(struct msghdr *m)
 {
 	struct cmsghdr *c;
 	int size;
 
-	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR((struct msghdr *)m, c))
+	for (c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
 		if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
 		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
 			memcpy(&size, CMSG_DATA(c), sizeof(size));

@@ -329,14 +329,15 @@ void p3_dgram_rx_input_run(struct p3_dgram_rx *rx, const void *buf, size_t len, 
 			   uint64_t now)
 {
 	const uint8_t *p = buf;
-	size_t off;
+	size_t off = 0;
 
-	if (!seg || seg >= len) {
-		p3_dgram_rx_input(rx, buf, len, now);
-		return;
-	}
-	for (off = 0; off < len; off += seg)
+	if (!seg || seg > len)
+		seg = len;
+	/* do-while: an empty read is still one (bad) datagram. */
+	do {
 		p3_dgram_rx_input(rx, p + off, len - off < seg ? len - off : seg, now);
+		off += seg;
+	} while (off < len);
 }
 
 /* Stores, or drops as stale, the waiting datagrams of t's tensor that are

@@ -68,6 +68,15 @@ def check_args(loss_tolerance, deadline, reliable_fraction):
     return float(loss_tolerance), float(deadline), float(reliable_fraction)
 
 
+def largest(vals, k):
+    """The indices, in order, of the k largest-magnitude elements of the
+    flat array vals (all of them if k >= its size)."""
+    n = vals.size
+    if k >= n:
+        return np.arange(n)
+    return np.sort(np.argpartition(np.abs(vals), n - k)[n - k:])
+
+
 def chunks_of(length, chunk):
     """[(offset, length)] of the datagram chunks of a slice."""
     return [(o, min(chunk, length - o)) for o in range(0, length, chunk)]
@@ -136,10 +145,7 @@ class BoundedLoss:
                            data))
             dt, n, k = self.geom[s]
             vals = data.view(dt)
-            if k < n:
-                idx = np.sort(np.argpartition(np.abs(vals), n - k)[n - k:])
-            else:
-                idx = np.arange(n)
+            idx = largest(vals, k)
             if not np.all(np.isfinite(vals[idx])):
                 raise FloatingPointError('p3.torch: non-finite gradient in '
                                          'tensor %d' % sl.tensor)
