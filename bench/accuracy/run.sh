@@ -87,14 +87,16 @@ if seeds == 1:
             names[i], acc, per, 100 * per / dense_bytes, lost, asked))
     sys.exit(0)
 print('| %s epochs, seeds 0-%d | test accuracy: mean | min-max | minus dense, '
-      'seed by seed: mean | min | max | within 1 point | of dense bytes |'
-      % (epochs, seeds - 1))
-print('|---|---:|---:|---:|---:|---:|---:|---:|')
+      'seed by seed: mean | min | max | within 0.5 point | within 1 point '
+      '| of dense bytes |' % (epochs, seeds - 1))
+print('|---|---:|---:|---:|---:|---:|---:|---:|---:|')
 for i, r in runs.items():
     accs = [r[s][0] for s in sorted(r)]
     diff = [r[s][0] - dense[s][0] for s in sorted(r)]
-    print('| %s | %.1f%% | %.1f-%.1f | %+.1f | %+.1f | %+.1f | %d of %d | %.1f%% |' % (
+    # bounded loss's target is 0.5 points from dense, Slim-DP's 1 point
+    print('| %s | %.1f%% | %.1f-%.1f | %+.1f | %+.1f | %+.1f | %d of %d | %d of %d | %.1f%% |' % (
         names[i], st.mean(accs), min(accs), max(accs), st.mean(diff), min(diff),
-        max(diff), sum(d >= -1.0 for d in diff), len(diff),
+        max(diff), sum(round(d, 1) >= -0.5 for d in diff), len(diff),
+        sum(round(d, 1) >= -1.0 for d in diff), len(diff),
         100 * st.mean(x[1] for x in r.values()) / dense_bytes))
 PY

@@ -15,6 +15,8 @@ pressure and mode, the median and the slowest step (p99 = max: a run has
 far fewer than 100 steps), both against reliable P3 (p3kernel) under the
 same pressure, bytes per iteration, and what was lost and asked again;
 --png then plots that table.
+With runs that recorded them, a third: rank 0's CPU seconds and wake-ups
+(voluntary context switches) a step, by thread.
 """
 import argparse
 import json
@@ -153,6 +155,29 @@ def pressure_table(runs):
     return '\n'.join(lines)
 
 
+def thread_table(runs):
+    """Rank 0's CPU and wake-ups a timed step, by thread, per run; the
+    threads that used under 5 ms and woke under once a step are summed
+    into 'the rest'."""
+    lines = ['| mode | pressure | thread | CPU a step (s) | wake-ups a step |',
+             '|---|---|---|---:|---:|']
+    for (m, bulk, p), r in runs.items():
+        threads = r['ranks'][0].get('threads')
+        if not threads:
+            continue
+        label = LABEL[m] + (' + upload' if bulk else '')
+        rest = [0.0, 0.0]
+        for name, (cpu, wake) in sorted(threads.items(), key=lambda t: -t[1][0]):
+            if cpu < 0.005 and wake < 1:
+                rest = [rest[0] + cpu, rest[1] + wake]
+                continue
+            lines.append('| %s | %s | %s | %.3f | %.0f |' % (label, p, name, cpu, wake))
+        total = [sum(t[0] for t in threads.values()), sum(t[1] for t in threads.values())]
+        lines.append('| %s | %s | the rest | %.3f | %.0f |' % (label, p, *rest))
+        lines.append('| %s | %s | **all** | **%.3f** | **%.0f** |' % (label, p, *total))
+    return '\n'.join(lines) if len(lines) > 2 else ''
+
+
 def plot_pressure(runs, png):
     import matplotlib
     matplotlib.use('Agg')
@@ -225,6 +250,9 @@ def main():
         print(table(runs) + '\n')
     if pressured:
         print(pressure_table(runs))
+    threads = thread_table(runs)
+    if threads:
+        print('\nrank 0, by thread\n\n' + threads)
     if args.png:
         (plot_pressure if pressured else plot)(runs, args.png)
 

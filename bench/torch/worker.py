@@ -141,7 +141,8 @@ class LinkSampler:
     def __init__(self):
         self.samples = []
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name='link sampler')
         self.thread.start()
 
     def _run(self):
@@ -180,7 +181,8 @@ class Bulk:
         self.stop = threading.Event()
         self.sent = 0
         self.sock = socket.create_connection((peer, BULK_PORT), timeout=30)
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name='bulk upload')
         self.thread.start()
 
     def _run(self):
@@ -220,7 +222,8 @@ class Bursts:
         self.sock.setblocking(False)
         self.n = -(-pkts * 1480 // self.DGRAM)     # 1480: fragment payload
         self.every = every
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name='bursts')
         self.thread.start()
 
     def _run(self):
@@ -250,7 +253,7 @@ def sink():
     def drain_udp():
         while udp.recv(1 << 16):
             pass
-    threading.Thread(target=drain_udp, daemon=True).start()
+    threading.Thread(target=drain_udp, daemon=True, name='sink').start()
 
     def drain(c):
         with c:
@@ -260,8 +263,46 @@ def sink():
     def serve():
         while True:
             c, _ = srv.accept()
-            threading.Thread(target=drain, args=(c,), daemon=True).start()
-    threading.Thread(target=serve, daemon=True).start()
+            threading.Thread(target=drain, args=(c,), daemon=True,
+                             name='sink').start()
+    threading.Thread(target=serve, daemon=True, name='sink').start()
+
+
+def thread_usage():
+    """{thread: [CPU seconds, wake-ups]} of this process so far, summed
+    by thread name: Python's for the threads it started, else the
+    kernel's (libp3's engines are 'p3-chan'; torch's and Gloo's threads
+    keep the process's name).  A wake-up is a voluntary context switch:
+    one per sleep (a poll, a lock, a condition) that ended."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf('SC_CLK_TCK')
+    usage = {}
+    for tid in os.listdir('/proc/self/task'):
+        try:
+            with open('/proc/self/task/%s/stat' % tid) as f:
+                stat = f.read()
+            with open('/proc/self/task/%s/status' % tid) as f:
+                status = f.read()
+        except FileNotFoundError:   # the thread ended meanwhile
+            continue
+        comm = stat[stat.index('(') + 1:stat.rindex(')')]
+        rest = stat[stat.rindex(')') + 2:].split()   # from field 3, state
+        cpu = (int(rest[11]) + int(rest[12])) / tick  # utime + stime
+        wakeups = next(int(line.split()[1]) for line in status.splitlines()
+                       if line.startswith('voluntary_ctxt_switches'))
+        u = usage.setdefault(names.get(int(tid), comm), [0.0, 0])
+        u[0] += cpu
+        u[1] += wakeups
+    return usage
+
+
+def per_step(before, after, steps):
+    """Each thread's CPU seconds and wake-ups a step between two
+    thread_usage() calls (what a thread that ended in between used is
+    lost)."""
+    return {name: [(cpu - before.get(name, [0, 0])[0]) / steps,
+                   (wake - before.get(name, [0, 0])[1]) / steps]
+            for name, (cpu, wake) in after.items()}
 
 
 def run_mode(mode, bulk, pressure, args, model, x, y, peer):
@@ -290,9 +331,14 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev = [], [], [], None
-    cpu, c_prev = [], None
+    cpu, c_prev, threads = [], None, None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
+        # By thread, over the span of the timed steps below.
+        if i == args.warmup:
+            threads = thread_usage()
+        elif i == args.warmup + args.iters - 1:
+            threads = per_step(threads, thread_usage(), args.iters - 1)
         # This process's CPU time (every thread, user and system) a step:
         # under TCG all of the guest's work shares one host thread.
         c0 = time.process_time()
@@ -313,6 +359,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                 mode, '+bulk' if bulk else '', pressure, i + 1,
                 args.warmup + args.iters, time.monotonic() - t0),
                 file=sys.stderr, flush=True)
+    if args.iters < 2:      # no timed step: nothing to divide by
+        threads = None
     overlap, stats, levels = [], None, None
     if mode != 'compute':
         opt.synchronize()
@@ -339,6 +387,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     # a qdisc sees only its own host's egress.
     every = [None] * p3t.size()
     dist.all_gather_object(every, {'stats': stats, 'burst': burst,
+                                   'threads': threads,
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,

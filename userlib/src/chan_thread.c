@@ -178,6 +178,12 @@ int chan_start_engine(struct p3_chan *c)
 
 	pthread_mutex_lock(&c->lock);
 	err = pthread_create(&c->engine, NULL, engine_main, c);
+	/* Named, so that top -H, perf and /proc tell the engines' CPU and
+	 * wake-ups from the application's threads (they would inherit its
+	 * name); a failure to name changes nothing else.
+	 */
+	if (!err)
+		pthread_setname_np(c->engine, "p3-chan");
 	c->engine_on = !err;
 	c->engine_made = !err;
 	notify_update(c);

@@ -6,11 +6,13 @@
  * one channel at once, and a plan is queued whole or not at all.  Built
  * plain, under ASan+UBSan and under TSan.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "p3.h"
@@ -63,6 +65,31 @@ static int pair(unsigned int bands, size_t max_queued, int tx_progress, int rx_p
 	return 0;
 }
 
+/* This process's threads named as libp3 names its engines. */
+static int engines_named(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], comm[32];
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-chan\n"))
+			n++;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static int readable(int fd, int ms)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -113,6 +140,9 @@ static void test_progress(int tx_progress)
 	if (!tap_ok(!pair(1, 128 * MIB, tx_progress, 1, &tx, &rx), "progress %d: pair",
 		    tx_progress))
 		goto out;
+	tap_ok(engines_named() == 1 + tx_progress,
+	       "progress %d: %d threads named p3-chan, one per channel with progress",
+	       tx_progress, engines_named());
 	fd = p3_chan_fd(rx);
 	tap_ok(fd >= 0 && !readable(fd, 0), "progress %d: receiver fd %d, idle before data",
 	       tx_progress, fd);
