@@ -15,8 +15,9 @@ pressure and mode, the median and the slowest step (p99 = max: a run has
 far fewer than 100 steps), both against reliable P3 (p3kernel) under the
 same pressure, bytes per iteration, and what was lost and asked again;
 --png then plots that table.
-With runs that recorded them, a third: rank 0's CPU seconds and wake-ups
-(voluntary context switches) a step, by thread.
+With runs that recorded them, a third: rank 0's user and system CPU
+seconds and wake-ups (voluntary context switches) a step, by thread, and
+the whole guest's user, system and softirq time a step.
 """
 import argparse
 import json
@@ -156,25 +157,32 @@ def pressure_table(runs):
 
 
 def thread_table(runs):
-    """Rank 0's CPU and wake-ups a timed step, by thread, per run; the
+    """Rank 0's user and system CPU and wake-ups a timed step, by thread,
+    per run, and the guest's (both ranks, the kernel's softirqs apart);
     threads that used under 5 ms and woke under once a step are summed
     into 'the rest'."""
-    lines = ['| mode | pressure | thread | CPU a step (s) | wake-ups a step |',
-             '|---|---|---|---:|---:|']
+    lines = ['| mode | pressure | thread | user (s) | system (s) | '
+             'wake-ups | softirq (s) |',
+             '|---|---|---|---:|---:|---:|---:|']
     for (m, bulk, p), r in runs.items():
-        threads = r['ranks'][0].get('threads')
+        threads = dict(r['ranks'][0].get('threads') or {})
+        guest = threads.pop('/proc/stat', None)
         if not threads:
             continue
         label = LABEL[m] + (' + upload' if bulk else '')
-        rest = [0.0, 0.0]
-        for name, (cpu, wake) in sorted(threads.items(), key=lambda t: -t[1][0]):
-            if cpu < 0.005 and wake < 1:
-                rest = [rest[0] + cpu, rest[1] + wake]
+        rest = [0.0, 0.0, 0.0]
+        for name, u in sorted(threads.items(), key=lambda t: -t[1][0] - t[1][1]):
+            if u[0] + u[1] < 0.005 and u[2] < 1:
+                rest = [a + b for a, b in zip(rest, u)]
                 continue
-            lines.append('| %s | %s | %s | %.3f | %.0f |' % (label, p, name, cpu, wake))
-        total = [sum(t[0] for t in threads.values()), sum(t[1] for t in threads.values())]
-        lines.append('| %s | %s | the rest | %.3f | %.0f |' % (label, p, *rest))
-        lines.append('| %s | %s | **all** | **%.3f** | **%.0f** |' % (label, p, *total))
+            lines.append('| %s | %s | %s | %.3f | %.3f | %.0f | |' % (label, p, name, *u))
+        lines.append('| %s | %s | the rest | %.3f | %.3f | %.0f | |' % (label, p, *rest))
+        total = [sum(u[i] for u in threads.values()) for i in range(3)]
+        lines.append('| %s | %s | **rank 0** | **%.3f** | **%.3f** | **%.0f** | |'
+                     % (label, p, *total))
+        if guest:
+            lines.append('| %s | %s | **the guest** | %.3f | %.3f | | %.3f |'
+                         % (label, p, guest[0], guest[1], guest[3]))
     return '\n'.join(lines) if len(lines) > 2 else ''
 
 

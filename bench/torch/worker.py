@@ -111,14 +111,16 @@ def shape(mode, pressure, args):
 
 
 def qdisc_drops():
-    """This host's egress qdiscs: kind and drop counters (p3's causes too)."""
+    """This host's egress qdiscs: kind, packets sent, drop counters (p3's
+    causes too) and p3's throttled dequeues (each one a pacer timer)."""
     out = subprocess.run(['tc', '-s', '-j', 'qdisc', 'show', 'dev', 'eth0'],
                          capture_output=True, text=True, check=True).stdout
     res = []
     for q in json.loads(out):
-        d = {'kind': q.get('kind'), 'drops': q.get('drops')}
+        d = {'kind': q.get('kind'), 'drops': q.get('drops'),
+             'packets': q.get('packets')}
         x = q.get('xstats') or {}
-        for k in ('drops_deadline', 'drops_tolerant', 'drops_limit'):
+        for k in ('drops_deadline', 'drops_tolerant', 'drops_limit', 'throttled'):
             if k in x or k in q:
                 d[k] = x.get(k, q.get(k))
         if d['kind'] == 'p3':
@@ -269,11 +271,16 @@ def sink():
 
 
 def thread_usage():
-    """{thread: [CPU seconds, wake-ups]} of this process so far, summed
-    by thread name: Python's for the threads it started, else the
+    """{thread: [user s, system s, wake-ups]} of this process so far,
+    summed by thread name: Python's for the threads it started, else the
     kernel's (libp3's engines are 'p3-chan'; torch's and Gloo's threads
-    keep the process's name).  A wake-up is a voluntary context switch:
-    one per sleep (a poll, a lock, a condition) that ended."""
+    keep the process's name).  System time includes the softirqs (packets
+    received, the qdisc's timers) that ran while the thread was on the
+    CPU: Debian's kernels do not account them apart (no
+    CONFIG_IRQ_TIME_ACCOUNTING), so they land on whichever thread they
+    interrupt; '/proc/stat' holds the whole guest's user, system and
+    softirq time.  A wake-up is a voluntary context switch: one per
+    sleep (a poll, a lock, a condition) that ended."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf('SC_CLK_TCK')
     usage = {}
@@ -287,22 +294,24 @@ def thread_usage():
             continue
         comm = stat[stat.index('(') + 1:stat.rindex(')')]
         rest = stat[stat.rindex(')') + 2:].split()   # from field 3, state
-        cpu = (int(rest[11]) + int(rest[12])) / tick  # utime + stime
         wakeups = next(int(line.split()[1]) for line in status.splitlines()
                        if line.startswith('voluntary_ctxt_switches'))
-        u = usage.setdefault(names.get(int(tid), comm), [0.0, 0])
-        u[0] += cpu
-        u[1] += wakeups
+        u = usage.setdefault(names.get(int(tid), comm), [0.0, 0.0, 0])
+        u[0] += int(rest[11]) / tick    # utime
+        u[1] += int(rest[12]) / tick    # stime
+        u[2] += wakeups
+    with open('/proc/stat') as f:   # cpu user nice system idle iowait irq softirq
+        cpu = [int(x) / tick for x in f.readline().split()[1:8]]
+    usage['/proc/stat'] = [cpu[0] + cpu[1], cpu[2], 0, cpu[6]]
     return usage
 
 
 def per_step(before, after, steps):
-    """Each thread's CPU seconds and wake-ups a step between two
-    thread_usage() calls (what a thread that ended in between used is
-    lost)."""
-    return {name: [(cpu - before.get(name, [0, 0])[0]) / steps,
-                   (wake - before.get(name, [0, 0])[1]) / steps]
-            for name, (cpu, wake) in after.items()}
+    """What thread_usage() counts, a step, between two of its calls
+    (what a thread that ended in between used is lost)."""
+    return {name: [(x - y) / steps
+                   for x, y in zip(now, before.get(name, [0] * len(now)))]
+            for name, now in after.items()}
 
 
 def run_mode(mode, bulk, pressure, args, model, x, y, peer):
