@@ -17,7 +17,8 @@ same pressure, bytes per iteration, and what was lost and asked again;
 --png then plots that table.
 With runs that recorded them, a third: rank 0's user and system CPU
 seconds and wake-ups (voluntary context switches) a step, by thread, and
-the whole guest's user, system and softirq time a step.
+the whole guest's user, system and softirq time a step; with --sample,
+where each thread's CPU went.
 """
 import argparse
 import json
@@ -186,6 +187,21 @@ def thread_table(runs):
     return '\n'.join(lines) if len(lines) > 2 else ''
 
 
+def profile_text(runs):
+    """Rank 0's --sample profile: per run and thread, where its CPU went
+    a step (bench/torch/sampler.py)."""
+    out = []
+    for (m, bulk, p), r in runs.items():
+        prof = r['ranks'][0].get('profile')
+        for name, places in sorted((prof or {}).items()):
+            total = sum(t for _, t in places)
+            out.append('\n%s, %s, %s: %.3f s a step in the top %d places'
+                       % (LABEL[m] + (' + upload' if bulk else ''), p, name,
+                          total, len(places)))
+            out += ['  %6.3f  %s' % (t, where) for where, t in places if t >= 0.005]
+    return '\n'.join(out)
+
+
 def plot_pressure(runs, png):
     import matplotlib
     matplotlib.use('Agg')
@@ -261,6 +277,9 @@ def main():
     threads = thread_table(runs)
     if threads:
         print('\nrank 0, by thread\n\n' + threads)
+    profile = profile_text(runs)
+    if profile:
+        print('\nrank 0, where the threads\' CPU went' + profile)
     if args.png:
         (plot_pressure if pressured else plot)(runs, args.png)
 

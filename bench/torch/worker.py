@@ -52,11 +52,14 @@ sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
 from model import VGGSmall, describe  # noqa: E402
+from sampler import Sampler  # noqa: E402
 
 BULK_PORT = 5301
 BURST_PORT = 5302
 QLIMIT = 1000
 P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
+PROFILED = ('MainThread', 'p3.torch reducer', 'p3.torch pusher')
+PROFILE_TOP = 25    # the places kept per thread
 BANDS = 8           # p3kernel's qdisc; p3dlcp's datagrams need as many more
 
 
@@ -340,14 +343,20 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev = [], [], [], None
-    cpu, c_prev, threads = [], None, None
+    cpu, c_prev, threads, sampler, profile = [], None, None, None, None
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
         # By thread, over the span of the timed steps below.
         if i == args.warmup:
             threads = thread_usage()
+            if args.sample and args.iters > 1:
+                sampler = Sampler(PROFILED)
         elif i == args.warmup + args.iters - 1:
             threads = per_step(threads, thread_usage(), args.iters - 1)
+            if sampler:
+                profile = {name: [(where, t / (args.iters - 1))
+                                  for where, t in places[:PROFILE_TOP]]
+                           for name, places in sampler.close().items()}
         # This process's CPU time (every thread, user and system) a step:
         # under TCG all of the guest's work shares one host thread.
         c0 = time.process_time()
@@ -396,7 +405,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     # a qdisc sees only its own host's egress.
     every = [None] * p3t.size()
     dist.all_gather_object(every, {'stats': stats, 'burst': burst,
-                                   'threads': threads,
+                                   'threads': threads, 'profile': profile,
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
@@ -465,6 +474,9 @@ def main():
                     "each step's phases (bench/torch/timeline.py reads them)")
     ap.add_argument('--check-params', action='store_true',
                     help='after each mode, compare the ranks\' parameters')
+    ap.add_argument('--sample', action='store_true',
+                    help="profile p3.torch's threads and the main thread "
+                    'over the timed steps (bench/torch/sampler.py)')
     ap.add_argument('--no-shape', action='store_true',
                     help='leave the qdisc alone (a dry run on loopback)')
     args = ap.parse_args()
