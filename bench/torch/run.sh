@@ -15,6 +15,11 @@
 # (docs/benchmarks.md, "DLCP and Slim-DP under pressure"):
 #   bench/torch/run.sh --mbit 10 --iters 6 --warmup 1 --bulk 0 \
 #       --modes compute,p3kernel,p3dlcp,slimdp --pressure none,burst,loss
+# or where bounded loss's CPU goes (docs/benchmarks.md, "Where bounded
+# loss's CPU goes, by thread"): --sample profiles p3.torch's threads, and
+# report.py prints each thread's CPU and wake-ups a step:
+#   bench/torch/run.sh --mbit 10 --iters 9 --warmup 1 --bulk 0 --spare-band \
+#       --deadline 0.5 --batch 2 --modes p3dlcp --sample
 # P3_KERNEL picks the VM's kernel (default 6.12).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
