@@ -281,8 +281,8 @@ def thread_usage():
     received, the qdisc's timers) that ran while the thread was on the
     CPU: Debian's kernels do not account them apart (no
     CONFIG_IRQ_TIME_ACCOUNTING), so they land on whichever thread they
-    interrupt; '/proc/stat' holds the whole guest's user, system and
-    softirq time.  A wake-up is a voluntary context switch: one per
+    interrupt; the key '/proc/stat' holds the whole guest's [user,
+    system, 0, softirq] seconds.  A wake-up is a voluntary context switch: one per
     sleep (a poll, a lock, a condition) that ended."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf('SC_CLK_TCK')
