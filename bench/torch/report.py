@@ -157,6 +157,10 @@ def pressure_table(runs):
     return '\n'.join(lines)
 
 
+def run_label(mode, bulk):
+    return LABEL[mode] + (' + upload' if bulk else '')
+
+
 def thread_table(runs):
     """Rank 0's user and system CPU and wake-ups a timed step, by thread,
     per run, and the guest's (both ranks, the kernel's softirqs apart);
@@ -166,11 +170,11 @@ def thread_table(runs):
              'wake-ups | softirq (s) |',
              '|---|---|---|---:|---:|---:|---:|']
     for (m, bulk, p), r in runs.items():
-        threads = dict(r['ranks'][0].get('threads') or {})
-        guest = threads.pop('/proc/stat', None)
+        threads = r['ranks'][0].get('threads')
+        guest = r['ranks'][0].get('guest')
         if not threads:
             continue
-        label = LABEL[m] + (' + upload' if bulk else '')
+        label = run_label(m, bulk)
         rest = [0.0, 0.0, 0.0]
         for name, u in sorted(threads.items(), key=lambda t: -t[1][0] - t[1][1]):
             if u[0] + u[1] < 0.005 and u[2] < 1:
@@ -183,7 +187,7 @@ def thread_table(runs):
                      % (label, p, *total))
         if guest:
             lines.append('| %s | %s | **the guest** | %.3f | %.3f | | %.3f |'
-                         % (label, p, guest[0], guest[1], guest[3]))
+                         % (label, p, *guest))
     return '\n'.join(lines) if len(lines) > 2 else ''
 
 
@@ -196,8 +200,7 @@ def profile_text(runs):
         for name, places in sorted((prof or {}).items()):
             total = sum(t for _, t in places)
             out.append('\n%s, %s, %s: %.3f s a step in the top %d places'
-                       % (LABEL[m] + (' + upload' if bulk else ''), p, name,
-                          total, len(places)))
+                       % (run_label(m, bulk), p, name, total, len(places)))
             out += ['  %6.3f  %s' % (t, where) for where, t in places if t >= 0.005]
     return '\n'.join(out)
 

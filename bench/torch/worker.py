@@ -281,9 +281,9 @@ def thread_usage():
     received, the qdisc's timers) that ran while the thread was on the
     CPU: Debian's kernels do not account them apart (no
     CONFIG_IRQ_TIME_ACCOUNTING), so they land on whichever thread they
-    interrupt; the key '/proc/stat' holds the whole guest's [user,
-    system, 0, softirq] seconds.  A wake-up is a voluntary context switch: one per
-    sleep (a poll, a lock, a condition) that ended."""
+    interrupt (guest_usage() has them apart).  A wake-up is a voluntary
+    context switch: one per sleep (a poll, a lock, a condition) that
+    ended."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf('SC_CLK_TCK')
     usage = {}
@@ -303,15 +303,21 @@ def thread_usage():
         u[0] += int(rest[11]) / tick    # utime
         u[1] += int(rest[12]) / tick    # stime
         u[2] += wakeups
-    with open('/proc/stat') as f:   # cpu user nice system idle iowait irq softirq
-        cpu = [int(x) / tick for x in f.readline().split()[1:8]]
-    usage['/proc/stat'] = [cpu[0] + cpu[1], cpu[2], 0, cpu[6]]
     return usage
 
 
+def guest_usage():
+    """{'guest': [user s, system s, softirq s]} of the whole guest (both
+    ranks, every process) so far, from /proc/stat."""
+    tick = os.sysconf('SC_CLK_TCK')
+    with open('/proc/stat') as f:   # cpu user nice system idle iowait irq softirq
+        cpu = [int(x) / tick for x in f.readline().split()[1:8]]
+    return {'guest': [cpu[0] + cpu[1], cpu[2], cpu[6]]}
+
+
 def per_step(before, after, steps):
-    """What thread_usage() counts, a step, between two of its calls
-    (what a thread that ended in between used is lost)."""
+    """What thread_usage() or guest_usage() counts, a step, between two
+    of its calls (what a thread that ended in between used is lost)."""
     return {name: [(x - y) / steps
                    for x, y in zip(now, before.get(name, [0] * len(now)))]
             for name, now in after.items()}
@@ -343,16 +349,19 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev = [], [], [], None
-    cpu, c_prev, threads, sampler, profile = [], None, None, None, None
+    cpu, c_prev, threads, guest, sampler, profile = ([], None, None, None,
+                                                     None, None)
     for i in range(args.warmup + args.iters):
         t0 = time.monotonic()
-        # By thread, over the span of the timed steps below.
-        if i == args.warmup:
-            threads = thread_usage()
-            if args.sample and args.iters > 1:
+        # By thread, over the span of the timed steps below (none if
+        # there is only one step).
+        if i == args.warmup and args.iters > 1:
+            threads, guest = thread_usage(), guest_usage()
+            if args.sample:
                 sampler = Sampler(PROFILED)
-        elif i == args.warmup + args.iters - 1:
+        elif i == args.warmup + args.iters - 1 and args.iters > 1:
             threads = per_step(threads, thread_usage(), args.iters - 1)
+            guest = per_step(guest, guest_usage(), args.iters - 1)['guest']
             if sampler:
                 profile = {name: [(where, t / (args.iters - 1))
                                   for where, t in places[:PROFILE_TOP]]
@@ -377,8 +386,6 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                 mode, '+bulk' if bulk else '', pressure, i + 1,
                 args.warmup + args.iters, time.monotonic() - t0),
                 file=sys.stderr, flush=True)
-    if args.iters < 2:      # no timed step: nothing to divide by
-        threads = None
     overlap, stats, levels = [], None, None
     if mode != 'compute':
         opt.synchronize()
@@ -405,7 +412,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     # a qdisc sees only its own host's egress.
     every = [None] * p3t.size()
     dist.all_gather_object(every, {'stats': stats, 'burst': burst,
-                                   'threads': threads, 'profile': profile,
+                                   'threads': threads, 'guest': guest,
+                                   'profile': profile,
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,

@@ -135,14 +135,15 @@ static void test_progress(int tx_progress)
 	struct p3_completion d;
 	uint8_t *src = malloc(BULK_MSG), *dst = malloc((size_t)BULK_MSGS * BULK_MSG);
 	unsigned int i, got = 0, intact = 1;
-	int fd, err = 0;
+	int fd, named, err = 0;
 
 	if (!tap_ok(!pair(1, 128 * MIB, tx_progress, 1, &tx, &rx), "progress %d: pair",
 		    tx_progress))
 		goto out;
-	tap_ok(engines_named() == 1 + tx_progress,
+	named = engines_named();
+	tap_ok(named == 1 + tx_progress,
 	       "progress %d: %d threads named p3-chan, one per channel with progress",
-	       tx_progress, engines_named());
+	       tx_progress, named);
 	fd = p3_chan_fd(rx);
 	tap_ok(fd >= 0 && !readable(fd, 0), "progress %d: receiver fd %d, idle before data",
 	       tx_progress, fd);
