@@ -19,7 +19,10 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
     its reliable band, band 1 (the first layers') included, and the odd
     bands carry nothing but datagrams, one MTU at most a packet, where
     the reliable bands carry TCP's GSO packets (this once with
-    P3_DGRAM_GSO=0: libp3's UDP GSO packets hold many frames).
+    P3_DGRAM_GSO=0: libp3's UDP GSO packets hold many frames);
+  - each rank snapshots its counters at every timed step's start
+    (bench/torch/steps.py reads them), and p3.torch's bytes_sent grows
+    in every step, as a job that pushes every step must.
 
 Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 """
@@ -73,6 +76,21 @@ def job_ends(tap, what, r, iters, took, err):
                f"ranks' parameters equal: {r.get('params_equal')} {err}")
 
 
+def snapshots(tap, r, iters):
+    """One snapshot per timed step's start (iters: the last is the start
+    of the untimed last step), bytes_sent rising between any two."""
+    ok, why = bool(r.get("ranks")), []
+    for rank, each in enumerate(r.get("ranks") or ()):
+        sent = [s.get("stats", {}).get("bytes_sent") for s in each.get("snapshots") or ()]
+        grew = len(sent) == iters and all(
+            a is not None and b is not None and b > a
+            for a, b in zip(sent, sent[1:]))
+        ok = ok and grew
+        why.append(f"rank {rank}: bytes_sent at each step's start {sent}")
+    tap.result(ok, "per-step counters: a snapshot at each timed step's start",
+               "; ".join(why))
+
+
 def interleaved(tap, stats, levels):
     """Bounded loss: levels 0..levels-1 on the even bands, their
     datagrams on the odd band after each.  The qdisc counts packets and
@@ -116,6 +134,7 @@ def main():
     klog = p3lib.KernelLog()
     r, stats, took, err = train("p3kernel", args.iters)
     job_ends(tap, "schedule p3", r, args.iters, took, err)
+    snapshots(tap, r, args.iters)
     tap.result(r.get("levels") == 7,
                "p3.torch keeps its levels above the qdisc's default band",
                f"levels {r.get('levels')} (want 7: bands 8, default 7)")

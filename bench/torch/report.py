@@ -205,11 +205,22 @@ def profile_text(runs):
     return '\n'.join(out)
 
 
-def plot_pressure(runs, png):
+def new_figure(size):
+    """A figure and its axes, drawn without a display."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    return plt.subplots(figsize=size)
+
+
+def save(fig, ax, png):
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def plot_pressure(runs, png):
+    fig, ax = new_figure((7, 3.6))
     width = 0.27
     for j, m in enumerate(NEW):
         xs, ys, lo, hi = [], [], [], []
@@ -231,16 +242,11 @@ def plot_pressure(runs, png):
     ax.set_ylabel('step time (s), median; bars: min-max')
     ax.set_title('Bounded loss and Slim-DP under pressure, 2 ranks (TCG VM)')
     ax.set_ylim(top=1.3 * ax.get_ylim()[1])     # room for the legend
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    save(fig, ax, png)
 
 
 def plot(runs, png):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = new_figure((7, 3.6))
     width = 0.38
     for j, bulk in enumerate((0, 1)):
         xs, ys, errs = [], [], []
@@ -261,9 +267,7 @@ def plot(runs, png):
     ax.set_xticklabels([LABEL[m] for m in MODES])
     ax.set_ylabel('step time (s), mean; bars: min-max')
     ax.set_title('Real PyTorch training, 2 ranks, VGG-shaped model (TCG VM)')
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    save(fig, ax, png)
 
 
 def main():

@@ -315,6 +315,50 @@ def guest_usage():
     return {'guest': [cpu[0] + cpu[1], cpu[2], cpu[6]]}
 
 
+# What a step's snapshot keeps of /proc/net/snmp and /proc/net/netstat
+# (this network namespace's): IP fragments, which only the bursts make
+# (64 KB datagrams; the job's datagrams fit the MTU and TCP segments
+# never fragment), and how TCP recovered what the queue dropped.
+NET_COUNTERS = {'Ip': ('FragCreates', 'ReasmReqds'),
+                'Tcp': ('RetransSegs',),
+                'TcpExt': ('TCPTimeouts', 'TCPLossProbes', 'TCPFastRetrans',
+                           'TCPSlowStartRetrans')}
+
+
+def net_counters():
+    """NET_COUNTERS' values in this namespace so far, as {'Ip.FragCreates':
+    n, ...}: the files hold a line of names, then one of values."""
+    found = {}
+    for path in ('/proc/net/snmp', '/proc/net/netstat'):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            proto, names = names.split(':')
+            wanted = NET_COUNTERS.get(proto, ())
+            for name, value in zip(names.split(), values.split(':')[1].split()):
+                if name in wanted:
+                    found[proto + '.' + name] = int(value)
+    return found
+
+
+def step_snapshot(t, opt, bursts, qdisc):
+    """This rank's counters at a step's start (t): the network's, the
+    optimizer's stats() and, with p3 as the qdisc, its drops; the
+    difference between two snapshots is what happened in a step
+    (bench/torch/steps.py)."""
+    snap = {'t': t, 'net': net_counters()}
+    if hasattr(opt, 'stats'):
+        snap['stats'] = {k: v for k, v in opt.stats().items()
+                         if k in ('bytes_sent', 'bytes_lost', 'rerequests')}
+    if bursts:
+        snap['bursts'] = bursts.bursts
+    if qdisc:
+        x = p3.qdisc_stats('eth0')['xstats']
+        snap['qdisc'] = {k: x[k] for k in ('drops_limit', 'drops_deadline',
+                                            'drops_tolerant')}
+    return snap
+
+
 def per_step(before, after, steps):
     """What thread_usage() or guest_usage() counts, a step, between two
     of its calls (what a thread that ended in between used is lost)."""
@@ -348,7 +392,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
               if pressure == 'burst' else None)
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
-    steps, fwd, phases, t_prev = [], [], [], None
+    steps, fwd, phases, t_prev, snaps = [], [], [], None, []
+    p3_qdisc = shaped and (mode in P3_QDISC or mode == 'compute')
     cpu, c_prev, threads, guest, sampler, profile = ([], None, None, None,
                                                      None, None)
     for i in range(args.warmup + args.iters):
@@ -372,6 +417,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
         if t_prev is not None and i > args.warmup:
             steps.append(t0 - t_prev)
             cpu.append(c0 - c_prev)
+        if i >= args.warmup:
+            snaps.append(step_snapshot(t0, opt, bursts, p3_qdisc))
         t_prev, c_prev = t0, c0
         opt.zero_grad()
         f0 = time.monotonic()
@@ -413,7 +460,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     every = [None] * p3t.size()
     dist.all_gather_object(every, {'stats': stats, 'burst': burst,
                                    'threads': threads, 'guest': guest,
-                                   'profile': profile,
+                                   'profile': profile, 'snapshots': snaps,
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
