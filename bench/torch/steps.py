@@ -5,15 +5,18 @@
   bench/torch/steps.py [--png OUT.png] RESULTS.jsonl [RESULTS.jsonl ...]
 
 Every run records both ranks' counters at each timed step's start
-(worker.py, step_snapshot).  Per run, one row per step: its length, how
-much of each host's link the co-located bursts took in it, how TCP
-recovered its losses (segments sent again, retransmission timeouts),
-what bounded loss asked for again or summed as zeros, and the p3 qdiscs'
-drops.  Then a least-squares fit of the step's length on the bursts'
-link time, and what is left of each step once the bursts' share is
-taken out: if the slowest steps are the ones the bursts filled, no
-transport can shorten them, and a mode's tail is measured by the rest.
---png plots each step's length against the bursts' link time, per run.
+(worker.py, step_snapshot).  Per run, one row per step: its length; on
+each host's link, how long the co-located bursts took it, how long the
+job's own packets did and how long it stayed idle; how TCP recovered its
+losses (segments sent again, retransmission timeouts); what bounded loss
+asked for again or summed as zeros; and the p3 qdiscs' drops.
+
+Then, per run, what sets its slowest steps apart: the slowest quarter of
+the steps against the rest, by the share of the link the bursts took,
+by the idle link time and by TCP's timeouts.  The bursts come at a steady rate, so a long
+step meets more of them in any case; only a larger share means they
+made it long.  --png draws each run's steps, slowest last, as link time
+stacked by what filled it.
 """
 import argparse
 import json
@@ -23,8 +26,8 @@ from report import new_figure, run_label, save
 
 # A burst is 64 KB datagrams (worker.py, Bursts.DGRAM = 65,507 bytes of
 # payload), each leaving as 45 IP fragments.  The job never fragments, so
-# every fragment the peer received crossed this host's link, at this
-# many bytes on the wire each (IP and Ethernet headers included).
+# the IP counters of fragments count the bursts alone, at this many bytes
+# on the wire each (IP and Ethernet headers included).
 BURST_DGRAM = 65507 + 8
 FRAGMENTS = 45
 WIRE_PER_FRAGMENT = (BURST_DGRAM + FRAGMENTS * (20 + 14)) / FRAGMENTS
@@ -46,87 +49,132 @@ def diffs(snaps, path):
 
 
 def step_rows(r):
-    """[{step, burst_s: [host 0, host 1], ...}] for each timed step: the
-    bursts' link seconds on host h's egress are the fragments the other
-    rank received in its own step of the same number (the ranks' steps
-    end together, at the exchange)."""
+    """[{step, burst_s, job_s, idle_s: [link 0, link 1], ...}] for each of
+    rank 0's timed steps.  The links' figures come from rank 0's own
+    counters, so that they fall in rank 0's steps (the other rank's start
+    at other times): bytes it sent and received (a veth receives what the
+    other host's qdisc sent), the fragments it created (its link's
+    bursts, counted as they enter the qdisc, which drops a few tenths of
+    a percent of them; a burst queued at a step's end counts in that
+    step) and the fragments it received (the other link's bursts).  The
+    other counters are both ranks' sums, each over its own steps."""
     snaps = [rank['snapshots'] for rank in r['ranks']]
-    per_s = WIRE_PER_FRAGMENT * 8 / (r['mbit'] * 1e6)
-    frags_in = [diffs(s, ('net', 'Ip.ReasmReqds')) for s in snaps]
+    per_byte = 8 / (r['mbit'] * 1e6)
+    bursts = [[n * WIRE_PER_FRAGMENT * per_byte for n in diffs(snaps[0], ('net', name))]
+              for name in ('Ip.FragCreates', 'Ip.ReasmReqds')]
+    busy = [[n * per_byte for n in diffs(snaps[0], ('link', way))]
+            for way in ('tx', 'rx')]
+    have_link = bool(snaps[0][0].get('link'))
     both = lambda *path: [sum(x) for x in zip(*(diffs(s, path) for s in snaps))]
     cols = {'retrans': both('net', 'Tcp.RetransSegs'),
             'timeouts': both('net', 'TcpExt.TCPTimeouts'),
+            'rto_s': [ms / 1000 for ms in both('tcp_rto', 'rto_ms')],
             'rerequests': both('stats', 'rerequests'),
             'bytes_lost': both('stats', 'bytes_lost'),
             'limit': both('qdisc', 'drops_limit'),
             'deadline': both('qdisc', 'drops_deadline')}
     rows = []
     for k, step in enumerate(r['steps']):
-        row = {'step': step,
-               'burst_s': [frags_in[1][k] * per_s, frags_in[0][k] * per_s]}
+        row = {'step': step, 'burst_s': [b[k] for b in bursts]}
+        if have_link:
+            row['job_s'] = [max(0.0, u[k] - b[k]) for u, b in zip(busy, bursts)]
+            row['idle_s'] = [step - u[k] for u in busy]
         row.update({name: col[k] for name, col in cols.items()})
         rows.append(row)
     return rows
 
 
-def fit(xs, ys):
-    """Least squares y = a + b x: (a, b, r²)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    syy = sum((y - my) ** 2 for y in ys)
-    b = sxy / sxx if sxx else 0.0
-    return my - b * mx, b, (sxy * sxy / (sxx * syy) if sxx and syy else 0.0)
-
-
-def burst_load(row):
-    """The bursts' link time in a step: the mean of the two hosts' (the
-    exchange crosses both links)."""
-    return sum(row['burst_s']) / 2
+def pair(xs):
+    return '%.2f, %.2f' % tuple(xs) if xs else '–'
 
 
 def run_text(r, rows):
     out = ['\n%s, %s pressure: %d steps' % (label(r), r['pressure'], len(rows)),
-           '| step | length (s) | bursts on link 0, 1 (s) | TCP sent again '
-           '(segments) | TCP timeouts | rerequests | bytes lost | '
-           'qdisc limit drops | deadline drops |',
-           '|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+           '| step | length (s) | bursts on link 0, 1 (s) | job on link 0, 1 '
+           '(s) | idle link 0, 1 (s) | TCP sent again (segments) | TCP '
+           'timeouts | in timeout recovery (socket-s) | rerequests | bytes '
+           'lost | qdisc limit drops | deadline drops |',
+           '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     for k, w in enumerate(rows):
-        out.append('| %d | %.2f | %.2f, %.2f | %d | %d | %d | %d | %d | %d |' % (
-            k + 1, w['step'], *w['burst_s'], w['retrans'], w['timeouts'],
+        out.append('| %d | %.2f | %s | %s | %s | %d | %d | %.1f | %d | %d | %d | %d |' % (
+            k + 1, w['step'], pair(w['burst_s']), pair(w.get('job_s')),
+            pair(w.get('idle_s')), w['retrans'], w['timeouts'], w['rto_s'],
             w['rerequests'], w['bytes_lost'], w['limit'], w['deadline']))
+    drops = band_drops(r)
+    if drops:
+        out.append('\nqdisc drops by band over the run, both hosts: ' + ', '.join(
+            'band %d: %d' % (b, n) for b, n in enumerate(drops) if n))
     return '\n'.join(out)
 
 
+def band_drops(r):
+    """Both hosts' drops per band between the first and last snapshot."""
+    total = []
+    for rank in r['ranks']:
+        snaps = rank['snapshots']
+        first, last = (s.get('qdisc', {}).get('band_drops') for s in
+                       (snaps[0], snaps[-1]))
+        if first and last:
+            total = [t + b - a for t, a, b in
+                     zip(total or [0] * len(last), first, last)]
+    return total
+
+
+def mean_of(rows, f):
+    return statistics.fmean(f(w) for w in rows) if rows else float('nan')
+
+
 def summary(runs):
-    """One line per run: the fit of step length on burst link time, the
-    steps' spread, and the same with the bursts' fitted share taken out
-    (each run's own slope)."""
-    out = ['\n| run | steps | median (s) | max (s) | fit: s + s per burst '
-           'second | r² | without the bursts: median | max | max / median |',
-           '|---|---:|---:|---:|---|---:|---:|---:|---:|']
+    """One line per run: the steps' spread, then the slowest quarter of
+    its steps against the rest (means a step): the bursts' share of the
+    link, the idle link time (both links' mean), TCP's timeouts and the
+    socket-seconds spent recovering from them (both hosts)."""
+    out = ['\n| run | steps | median (s) | max (s) | max / median | slowest '
+           'quarter: mean step (s) | bursts, share of the link | idle link '
+           '(s) | TCP timeouts | in recovery (socket-s) | the rest: mean step '
+           '(s) | bursts | idle (s) | TCP timeouts | in recovery (socket-s) |',
+           '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+    share = lambda w: sum(w['burst_s']) / (2 * w['step'])
+    idle = lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else float('nan')
     for r, rows in runs:
-        ys = [w['step'] for w in rows]
-        xs = [burst_load(w) for w in rows]
-        a, b, r2 = fit(xs, ys)
-        rest = [y - b * x for x, y in zip(xs, ys)]
-        out.append('| %s | %d | %.2f | %.2f | %.2f + %.2f x | %.2f | %.2f | %.2f '
-                   '| %.2f |' % (label(r), len(ys), statistics.median(ys),
-                                 max(ys), a, b, r2, statistics.median(rest),
-                                 max(rest), max(rest) / statistics.median(rest)))
+        ys = sorted(w['step'] for w in rows)
+        by_length = sorted(rows, key=lambda w: w['step'])
+        cut = len(rows) - max(1, len(rows) // 4)
+        cells = []
+        for part in (by_length[cut:], by_length[:cut]):
+            cells += ['%.2f' % mean_of(part, lambda w: w['step']),
+                      '%.0f%%' % (100 * mean_of(part, share)),
+                      '%.2f' % mean_of(part, idle),
+                      '%.1f' % mean_of(part, lambda w: w['timeouts']),
+                      '%.1f' % mean_of(part, lambda w: w['rto_s'])]
+        out.append('| %s | %d | %.2f | %.2f | %.2f | %s |' % (
+            label(r), len(ys), statistics.median(ys), ys[-1],
+            ys[-1] / statistics.median(ys), ' | '.join(cells)))
     return '\n'.join(out)
 
 
 def plot(runs, png):
-    fig, ax = new_figure((7, 4))
-    for (r, rows), marker in zip(runs, 'os^vD<>'):
-        xs = [burst_load(w) for w in rows]
-        ax.scatter(xs, [w['step'] for w in rows], marker=marker, label=label(r))
-        a, b, _ = fit(xs, [w['step'] for w in rows])
-        ax.plot([min(xs), max(xs)], [a + b * min(xs), a + b * max(xs)], lw=0.8)
-    ax.set_xlabel("the bursts' link time in the step, mean of the two links (s)")
-    ax.set_ylabel('step length (s)')
-    ax.set_title('Each step against the bursts it met (TCG VM)')
+    """Per run, its steps from fastest to slowest, each a bar of the two
+    links' mean: bursts, the job's packets, idle."""
+    fig, ax = new_figure((8, 4))
+    x0, ticks = 0, []
+    parts = (('burst_s', 'bursts', 'tab:red'), ('job_s', "the job's packets",
+             'tab:blue'), ('idle_s', 'idle', 'lightgrey'))
+    for n, (r, rows) in enumerate(runs):
+        rows = sorted(rows, key=lambda w: w['step'])
+        xs = range(x0, x0 + len(rows))
+        bottom = [0.0] * len(rows)
+        for key, name, colour in parts:
+            ys = [sum(w.get(key) or (0, 0)) / 2 for w in rows]
+            ax.bar(xs, ys, 0.8, bottom=bottom, color=colour,
+                   label=name if n == 0 else None)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ticks.append((x0 + len(rows) / 2, label(r)))
+        x0 += len(rows) + 2
+    ax.set_xticks([t for t, _ in ticks])
+    ax.set_xticklabels([name for _, name in ticks], fontsize=7)
+    ax.set_ylabel('seconds of a step (mean of the two links)')
+    ax.set_title("Each step's link time, fastest to slowest, per run (TCG VM)")
     save(fig, ax, png)
 
 

@@ -53,6 +53,7 @@ import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
 from model import VGGSmall, describe  # noqa: E402
 from sampler import Sampler  # noqa: E402
+from tcpdiag import rto_totals  # noqa: E402
 
 BULK_PORT = 5301
 BURST_PORT = 5302
@@ -341,21 +342,38 @@ def net_counters():
     return found
 
 
+def link_bytes():
+    """eth0's bytes so far: sent (this host's link) and received (the
+    other host's: a veth receives what its peer's qdisc handed over)."""
+    path = '/sys/class/net/eth0/statistics/%s_bytes'
+    if not os.path.exists(path % 'tx'):     # --no-shape, on loopback
+        return {}
+    found = {}
+    for way in ('tx', 'rx'):
+        with open(path % way) as f:
+            found[way] = int(f.read())
+    return found
+
+
 def step_snapshot(t, opt, bursts, qdisc):
-    """This rank's counters at a step's start (t): the network's, the
-    optimizer's stats() and, with p3 as the qdisc, its drops; the
-    difference between two snapshots is what happened in a step
-    (bench/torch/steps.py)."""
-    snap = {'t': t, 'net': net_counters()}
+    """This rank's counters at a step's start (t): the link's bytes, the
+    network's counters, how long its TCP sockets spent in timeout
+    recovery (tcpdiag.py), the optimizer's stats() and, with p3 as the
+    qdisc, its drops; the difference between two snapshots is what
+    happened in a step (bench/torch/steps.py)."""
+    snap = {'t': t, 'link': link_bytes(), 'net': net_counters(),
+            'tcp_rto': rto_totals()}
     if hasattr(opt, 'stats'):
         snap['stats'] = {k: v for k, v in opt.stats().items()
                          if k in ('bytes_sent', 'bytes_lost', 'rerequests')}
     if bursts:
         snap['bursts'] = bursts.bursts
     if qdisc:
-        x = p3.qdisc_stats('eth0')['xstats']
-        snap['qdisc'] = {k: x[k] for k in ('drops_limit', 'drops_deadline',
-                                            'drops_tolerant')}
+        st = p3.qdisc_stats('eth0')
+        snap['qdisc'] = {k: st['xstats'][k] for k in
+                         ('drops_limit', 'drops_deadline', 'drops_tolerant')}
+        # Whose packets the drops were: the bursts' band or the job's.
+        snap['qdisc']['band_drops'] = [b['drops'] for b in st['bands']]
     return snap
 
 
