@@ -68,6 +68,10 @@ def step_rows(r):
     both = lambda *path: [sum(x) for x in zip(*(diffs(s, path) for s in snaps))]
     cols = {'retrans': both('net', 'Tcp.RetransSegs'),
             'timeouts': both('net', 'TcpExt.TCPTimeouts'),
+            # Recorded since session 24's second boot.
+            'spurious': (both('net', 'TcpExt.TCPSpuriousRTOs')
+                         if 'TcpExt.TCPSpuriousRTOs' in snaps[0][0]['net']
+                         else [None] * len(r['steps'])),
             'rto_s': [ms / 1000 for ms in both('tcp_rto', 'rto_ms')],
             'rerequests': both('stats', 'rerequests'),
             'bytes_lost': both('stats', 'bytes_lost'),
@@ -88,17 +92,21 @@ def pair(xs):
     return '%.2f, %.2f' % tuple(xs) if xs else '–'
 
 
+def count(n, form='%d'):
+    return '–' if n is None or n != n else form % n
+
+
 def run_text(r, rows):
     out = ['\n%s, %s pressure: %d steps' % (label(r), r['pressure'], len(rows)),
            '| step | length (s) | bursts on link 0, 1 (s) | job on link 0, 1 '
            '(s) | idle link 0, 1 (s) | TCP sent again (segments) | TCP '
-           'timeouts | in timeout recovery (socket-s) | rerequests | bytes '
+           'timeouts (found spurious) | in timeout recovery (socket-s) | rerequests | bytes '
            'lost | qdisc limit drops | deadline drops |',
            '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     for k, w in enumerate(rows):
-        out.append('| %d | %.2f | %s | %s | %s | %d | %d | %.1f | %d | %d | %d | %d |' % (
+        out.append('| %d | %.2f | %s | %s | %s | %d | %d (%s) | %.1f | %d | %d | %d | %d |' % (
             k + 1, w['step'], pair(w['burst_s']), pair(w.get('job_s')),
-            pair(w.get('idle_s')), w['retrans'], w['timeouts'], w['rto_s'],
+            pair(w.get('idle_s')), w['retrans'], w['timeouts'], count(w['spurious']), w['rto_s'],
             w['rerequests'], w['bytes_lost'], w['limit'], w['deadline']))
     drops = band_drops(r)
     if drops:
@@ -121,18 +129,21 @@ def band_drops(r):
 
 
 def mean_of(rows, f):
-    return statistics.fmean(f(w) for w in rows) if rows else float('nan')
+    xs = [f(w) for w in rows if f(w) is not None]
+    return statistics.fmean(xs) if xs else float('nan')
 
 
 def summary(runs):
     """One line per run: the steps' spread, then the slowest quarter of
     its steps against the rest (means a step): the bursts' share of the
-    link, the idle link time (both links' mean), TCP's timeouts and the
-    socket-seconds spent recovering from them (both hosts)."""
+    link, the idle link time (both links' mean), TCP's timeouts, those
+    found spurious, and the socket-seconds spent recovering from them
+    (both hosts)."""
     out = ['\n| run | steps | median (s) | max (s) | max / median | slowest '
            'quarter: mean step (s) | bursts, share of the link | idle link '
-           '(s) | TCP timeouts | in recovery (socket-s) | the rest: mean step '
-           '(s) | bursts | idle (s) | TCP timeouts | in recovery (socket-s) |',
+           '(s) | TCP timeouts (spurious) | in recovery (socket-s) | the rest: '
+           'mean step (s) | bursts | idle (s) | TCP timeouts (spurious) | in '
+           'recovery (socket-s) |',
            '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     share = lambda w: sum(w['burst_s']) / (2 * w['step'])
     idle = lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else float('nan')
@@ -145,7 +156,9 @@ def summary(runs):
             cells += ['%.2f' % mean_of(part, lambda w: w['step']),
                       '%.0f%%' % (100 * mean_of(part, share)),
                       '%.2f' % mean_of(part, idle),
-                      '%.1f' % mean_of(part, lambda w: w['timeouts']),
+                      '%.1f (%s)' % (mean_of(part, lambda w: w['timeouts']),
+                                     count(mean_of(part, lambda w: w['spurious']),
+                                           '%.1f')),
                       '%.1f' % mean_of(part, lambda w: w['rto_s'])]
         out.append('| %s | %d | %.2f | %.2f | %.2f | %s |' % (
             label(r), len(ys), statistics.median(ys), ys[-1],

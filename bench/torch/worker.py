@@ -319,10 +319,13 @@ def guest_usage():
 # What a step's snapshot keeps of /proc/net/snmp and /proc/net/netstat
 # (this network namespace's): IP fragments, which only the bursts make
 # (64 KB datagrams; the job's datagrams fit the MTU and TCP segments
-# never fragment), and how TCP recovered what the queue dropped.
+# never fragment), and how TCP recovered what the queue dropped or held
+# back past its timeout (a timeout later found needless is spurious: the
+# packets had been queued behind more urgent ones, not lost).
 NET_COUNTERS = {'Ip': ('FragCreates', 'ReasmReqds'),
                 'Tcp': ('RetransSegs',),
-                'TcpExt': ('TCPTimeouts', 'TCPLossProbes', 'TCPFastRetrans',
+                'TcpExt': ('TCPTimeouts', 'TCPSpuriousRTOs', 'TCPLossUndo',
+                           'TCPLossProbes', 'TCPFastRetrans',
                            'TCPSlowStartRetrans')}
 
 
