@@ -15,7 +15,8 @@ Then, per run, what sets its slowest steps apart: the slowest quarter of
 the steps against the rest, by the share of the link the bursts took,
 by the idle link time and by TCP's timeouts.  The bursts come at a steady rate, so a long
 step meets more of them in any case; only a larger share means they
-made it long.  --png draws each run's steps, slowest last, as link time
+made it long.  Last, how closely the steps' lengths follow each of
+these, as correlation coefficients.  --png draws each run's steps, slowest last, as link time
 stacked by what filled it.
 """
 import argparse
@@ -166,6 +167,33 @@ def summary(runs):
     return '\n'.join(out)
 
 
+def correlations(runs):
+    """Per run, how closely a step's length follows each candidate cause
+    over its steps (Pearson's r; '–' where a column is constant or was
+    not recorded)."""
+    causes = (("bursts' share of the link", lambda w: sum(w['burst_s']) / (2 * w['step'])),
+              ('idle link', lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else None),
+              ('TCP timeouts', lambda w: w['timeouts']),
+              ('in timeout recovery', lambda w: w['rto_s']))
+    out = ['\n| run | ' + ' | '.join('r(step, %s)' % name for name, _ in causes)
+           + ' | r(idle link, in timeout recovery) |',
+           '|---|' + '---:|' * (len(causes) + 1)]
+
+    def r_of(xs, ys):
+        pairs = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+        try:
+            return '%.2f' % statistics.correlation(*zip(*pairs))
+        except (statistics.StatisticsError, ValueError, TypeError):
+            return '–'
+    for r, rows in runs:
+        length = [w['step'] for w in rows]
+        cells = [r_of(length, [f(w) for w in rows]) for _, f in causes]
+        cells.append(r_of([causes[1][1](w) for w in rows],
+                          [causes[3][1](w) for w in rows]))
+        out.append('| %s | %s |' % (label(r), ' | '.join(cells)))
+    return '\n'.join(out)
+
+
 def plot(runs, png):
     """Per run, its steps from fastest to slowest, each a bar of the two
     links' mean: bursts, the job's packets, idle."""
@@ -209,6 +237,7 @@ def main():
     for r, rows in runs:
         print(run_text(r, rows))
     print(summary(runs))
+    print(correlations(runs))
     if args.png:
         plot(runs, args.png)
 
