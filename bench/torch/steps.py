@@ -73,7 +73,9 @@ def step_rows(r):
             'spurious': (both('net', 'TcpExt.TCPSpuriousRTOs')
                          if 'TcpExt.TCPSpuriousRTOs' in snaps[0][0]['net']
                          else [None] * len(r['steps'])),
-            'rto_s': [ms / 1000 for ms in both('tcp_rto', 'rto_ms')],
+            # Recorded since session 24 (and on Linux 6.7 or later).
+            'rto_s': ([ms / 1000 for ms in both('tcp_rto', 'rto_ms')]
+                      if snaps[0][0].get('tcp_rto') else [None] * len(r['steps'])),
             'rerequests': both('stats', 'rerequests'),
             'bytes_lost': both('stats', 'bytes_lost'),
             'limit': both('qdisc', 'drops_limit'),
@@ -105,9 +107,10 @@ def run_text(r, rows):
            'lost | qdisc limit drops | deadline drops |',
            '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     for k, w in enumerate(rows):
-        out.append('| %d | %.2f | %s | %s | %s | %d | %d (%s) | %.1f | %d | %d | %d | %d |' % (
+        out.append('| %d | %.2f | %s | %s | %s | %d | %d (%s) | %s | %d | %d | %d | %d |' % (
             k + 1, w['step'], pair(w['burst_s']), pair(w.get('job_s')),
-            pair(w.get('idle_s')), w['retrans'], w['timeouts'], count(w['spurious']), w['rto_s'],
+            pair(w.get('idle_s')), w['retrans'], w['timeouts'], count(w['spurious']),
+            count(w['rto_s'], '%.1f'),
             w['rerequests'], w['bytes_lost'], w['limit'], w['deadline']))
     drops = band_drops(r)
     if drops:
@@ -156,11 +159,11 @@ def summary(runs):
         for part in (by_length[cut:], by_length[:cut]):
             cells += ['%.2f' % mean_of(part, lambda w: w['step']),
                       '%.0f%%' % (100 * mean_of(part, share)),
-                      '%.2f' % mean_of(part, idle),
+                      count(mean_of(part, idle), '%.2f'),
                       '%.1f (%s)' % (mean_of(part, lambda w: w['timeouts']),
                                      count(mean_of(part, lambda w: w['spurious']),
                                            '%.1f')),
-                      '%.1f' % mean_of(part, lambda w: w['rto_s'])]
+                      count(mean_of(part, lambda w: w['rto_s']), '%.1f')]
         out.append('| %s | %d | %.2f | %.2f | %.2f | %s |' % (
             label(r), len(ys), statistics.median(ys), ys[-1],
             ys[-1] / statistics.median(ys), ' | '.join(cells)))
