@@ -80,6 +80,13 @@ def step_rows(r):
             'bytes_lost': both('stats', 'bytes_lost'),
             'limit': both('qdisc', 'drops_limit'),
             'deadline': both('qdisc', 'drops_deadline')}
+    # Recorded since session 24's third boot: the guest's idle vCPU time
+    # (rank 0's view) and the TCP sockets' time with data outstanding.
+    cols['guest_idle'] = (diffs(snaps[0], ('guest', 'idle'))
+                          if snaps[0][0].get('guest') else [None] * len(r['steps']))
+    cols['tcp_busy'] = ([us / 1e6 for us in both('tcp_rto', 'busy_us')]
+                        if 'busy_us' in (snaps[0][0].get('tcp_rto') or {})
+                        else [None] * len(r['steps']))
     rows = []
     for k, step in enumerate(r['steps']):
         row = {'step': step, 'burst_s': [b[k] for b in bursts]}
@@ -141,14 +148,15 @@ def summary(runs):
     """One line per run: the steps' spread, then the slowest quarter of
     its steps against the rest (means a step): the bursts' share of the
     link, the idle link time (both links' mean), TCP's timeouts, those
-    found spurious, and the socket-seconds spent recovering from them
-    (both hosts)."""
+    found spurious, the socket-seconds spent recovering from them and
+    with data outstanding (both hosts), and the guest's idle vCPU time."""
     out = ['\n| run | steps | median (s) | max (s) | max / median | slowest '
            'quarter: mean step (s) | bursts, share of the link | idle link '
-           '(s) | TCP timeouts (spurious) | in recovery (socket-s) | the rest: '
-           'mean step (s) | bursts | idle (s) | TCP timeouts (spurious) | in '
-           'recovery (socket-s) |',
-           '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+           '(s) | TCP timeouts (spurious) | in recovery (socket-s) | TCP busy '
+           '(socket-s) | guest idle (vCPU-s) | the rest: mean step (s) | '
+           'bursts | idle (s) | TCP timeouts (spurious) | in recovery '
+           '(socket-s) | TCP busy | guest idle |',
+           '|---|---:|---:|---:|---:|' + '---:|' * 14]
     share = lambda w: sum(w['burst_s']) / (2 * w['step'])
     idle = lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else float('nan')
     for r, rows in runs:
@@ -163,7 +171,9 @@ def summary(runs):
                       '%.1f (%s)' % (mean_of(part, lambda w: w['timeouts']),
                                      count(mean_of(part, lambda w: w['spurious']),
                                            '%.1f')),
-                      count(mean_of(part, lambda w: w['rto_s']), '%.1f')]
+                      count(mean_of(part, lambda w: w['rto_s']), '%.1f'),
+                      count(mean_of(part, lambda w: w['tcp_busy']), '%.1f'),
+                      count(mean_of(part, lambda w: w['guest_idle']), '%.2f')]
         out.append('| %s | %d | %.2f | %.2f | %.2f | %s |' % (
             label(r), len(ys), statistics.median(ys), ys[-1],
             ys[-1] / statistics.median(ys), ' | '.join(cells)))
@@ -177,7 +187,9 @@ def correlations(runs):
     causes = (("bursts' share of the link", lambda w: sum(w['burst_s']) / (2 * w['step'])),
               ('idle link', lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else None),
               ('TCP timeouts', lambda w: w['timeouts']),
-              ('in timeout recovery', lambda w: w['rto_s']))
+              ('in timeout recovery', lambda w: w['rto_s']),
+              ('TCP busy', lambda w: w['tcp_busy']),
+              ('guest idle', lambda w: w['guest_idle']))
     out = ['\n| run | ' + ' | '.join('r(step, %s)' % name for name, _ in causes)
            + ' | r(idle link, in timeout recovery) |',
            '|---|' + '---:|' * (len(causes) + 1)]

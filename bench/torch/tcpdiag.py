@@ -24,6 +24,11 @@ INET_DIAG_MSG = 72      # struct inet_diag_msg, before its attributes
 # tcpi_total_rto_recoveries (__u16), tcpi_total_rto_time (__u32, ms).
 RTO_INFO = struct.Struct('=HHI')
 RTO_AT = 240
+# tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (__u64, µs):
+# how long the socket had data unacknowledged or unsent, and of that how
+# long the peer's window or the send buffer held it back.
+CHRONO_INFO = struct.Struct('=QQQ')
+CHRONO_AT = 168
 
 
 def align(n):
@@ -69,16 +74,23 @@ def tcp_infos(family):
 
 
 def rto_totals():
-    """{'sockets', 'rto', 'rto_ms'}: TCP sockets, their timeouts and the
-    milliseconds they spent recovering from them, summed over IPv4 and
-    IPv6; None where tcp_info has no such fields (before Linux 6.7)."""
-    total = {'sockets': 0, 'rto': 0, 'rto_ms': 0}
+    """{'sockets', 'rto', 'rto_ms', 'busy_us', 'rwnd_us', 'sndbuf_us'}:
+    TCP sockets, their timeouts and the milliseconds they spent
+    recovering from them, and their busy, receive-window-limited and
+    send-buffer-limited microseconds, summed over IPv4 and IPv6; None
+    where tcp_info has no timeout fields (before Linux 6.7)."""
+    total = dict.fromkeys(('sockets', 'rto', 'rto_ms', 'busy_us', 'rwnd_us',
+                           'sndbuf_us'), 0)
     for family in (socket.AF_INET, socket.AF_INET6):
         for info in tcp_infos(family):
             if len(info) < RTO_AT + RTO_INFO.size:
                 return None
             rto, _, ms = RTO_INFO.unpack_from(info, RTO_AT)
+            busy, rwnd, sndbuf = CHRONO_INFO.unpack_from(info, CHRONO_AT)
             total['sockets'] += 1
             total['rto'] += rto
             total['rto_ms'] += ms
+            total['busy_us'] += busy
+            total['rwnd_us'] += rwnd
+            total['sndbuf_us'] += sndbuf
     return total

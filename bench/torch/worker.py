@@ -307,13 +307,22 @@ def thread_usage():
     return usage
 
 
-def guest_usage():
-    """{'guest': [user s, system s, softirq s]} of the whole guest (both
-    ranks, every process) so far, from /proc/stat."""
+def guest_cpu():
+    """The whole guest's CPU seconds so far, both vCPUs summed: user,
+    system, softirq and idle, from /proc/stat.  Under TCG both vCPUs run
+    on one host thread, so their busy time is the host core's."""
     tick = os.sysconf('SC_CLK_TCK')
     with open('/proc/stat') as f:   # cpu user nice system idle iowait irq softirq
         cpu = [int(x) / tick for x in f.readline().split()[1:8]]
-    return {'guest': [cpu[0] + cpu[1], cpu[2], cpu[6]]}
+    return {'user': cpu[0] + cpu[1], 'system': cpu[2], 'softirq': cpu[6],
+            'idle': cpu[3] + cpu[4]}
+
+
+def guest_usage():
+    """{'guest': [user s, system s, softirq s]} of the whole guest (both
+    ranks, every process) so far, as per_step() takes it."""
+    cpu = guest_cpu()
+    return {'guest': [cpu['user'], cpu['system'], cpu['softirq']]}
 
 
 # What a step's snapshot keeps of /proc/net/snmp and /proc/net/netstat
@@ -365,7 +374,7 @@ def step_snapshot(t, opt, bursts, qdisc):
     qdisc, its drops; the difference between two snapshots is what
     happened in a step (bench/torch/steps.py)."""
     snap = {'t': t, 'link': link_bytes(), 'net': net_counters(),
-            'tcp_rto': rto_totals()}
+            'tcp_rto': rto_totals(), 'guest': guest_cpu()}
     if hasattr(opt, 'stats'):
         snap['stats'] = {k: v for k, v in opt.stats().items()
                          if k in ('bytes_sent', 'bytes_lost', 'rerequests')}
