@@ -20,6 +20,12 @@
 # report.py prints each thread's CPU and wake-ups a step:
 #   bench/torch/run.sh --mbit 10 --iters 9 --warmup 1 --bulk 0 --spare-band \
 #       --deadline 0.5 --batch 2 --modes p3dlcp --sample
+# or what the slow steps are made of beside bursts at the job's most urgent
+# level (docs/benchmarks.md, "What the slow steps are made of"):
+#   bench/torch/run.sh --mbit 10 --iters 26 --warmup 1 --bulk 0 --spare-band \
+#       --deadline 0.5 --batch 2 --pressure burst --burst-level 0 \
+#       --burst-every 4 --modes p3kernel,p3dlcp --loss-tolerance 0.1
+#   bench/torch/steps.py --png steps.png build/bench-torch/results.jsonl
 # P3_KERNEL picks the VM's kernel (default 6.12).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
