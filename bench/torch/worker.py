@@ -82,17 +82,20 @@ def balance_rate(compute_steps, model, args):
 
 def shape(mode, pressure, args):
     """This host's egress: p3 pacing at the rate, or tbf over a pfifo;
-    under netem when the pressure is loss."""
+    under netem when the pressure is loss.  Returns p3's parent ('root'
+    or netem's class), or None without p3."""
     subprocess.run(['tc', 'qdisc', 'del', 'dev', 'eth0', 'root'],
                    stderr=subprocess.DEVNULL, check=False)
     # netem drops at its enqueue and, with no delay, hands every packet to
     # its child at once, so the child still orders (and paces) them all.
-    at, h, sub = 'root', '1', '10'
+    parent, h, sub = 'root', '1', '10'
     cmds = ''
     if pressure == 'loss':
         cmds = 'qdisc add dev eth0 root handle 1: netem loss %g%%\n' % args.loss
-        at, h, sub = 'parent 1:1', '10', '20'
-    if mode in P3_QDISC or mode == 'compute':
+        parent, h, sub = '1:1', '10', '20'
+    at = parent if parent == 'root' else 'parent ' + parent
+    with_p3 = mode in P3_QDISC or mode == 'compute'
+    if with_p3:
         # Every other option at its default (tag dscp), as a user's first
         # `tc qdisc add` would leave it.
         bands = 2 * BANDS if mode == 'p3dlcp' else BANDS
@@ -112,6 +115,7 @@ def shape(mode, pressure, args):
                  'latency 10s\nqdisc add dev eth0 parent %s:1 handle %s: pfifo '
                  'limit %d\n' % (at, h, kbit(args), h, sub, QLIMIT))
     subprocess.run(['tc', '-batch', '-'], input=cmds, text=True, check=True)
+    return parent if with_p3 else None
 
 
 def qdisc_drops():
@@ -367,12 +371,13 @@ def link_bytes():
     return found
 
 
-def step_snapshot(t, opt, bursts, qdisc):
+def step_snapshot(t, opt, bursts, p3_parent):
     """This rank's counters at a step's start (t): the link's bytes, the
     network's counters, how long its TCP sockets spent in timeout
-    recovery (tcpdiag.py), the optimizer's stats() and, with p3 as the
-    qdisc, its drops; the difference between two snapshots is what
-    happened in a step (bench/torch/steps.py)."""
+    recovery (tcpdiag.py), the optimizer's stats() and, where this host
+    has a p3 qdisc (its parent: 'root', or netem's class under loss),
+    its drops; the difference between two snapshots is what happened in
+    a step (bench/torch/steps.py)."""
     snap = {'t': t, 'link': link_bytes(), 'net': net_counters(),
             'tcp_rto': rto_totals(), 'guest': guest_cpu()}
     if hasattr(opt, 'stats'):
@@ -380,8 +385,8 @@ def step_snapshot(t, opt, bursts, qdisc):
                          if k in ('bytes_sent', 'bytes_lost', 'rerequests')}
     if bursts:
         snap['bursts'] = bursts.bursts
-    if qdisc:
-        st = p3.qdisc_stats('eth0')
+    if p3_parent:
+        st = p3.qdisc_stats('eth0', parent=p3_parent)
         snap['qdisc'] = {k: st['xstats'][k] for k in
                          ('drops_limit', 'drops_deadline', 'drops_tolerant')}
         # Whose packets the drops were: the bursts' band or the job's.
@@ -400,8 +405,7 @@ def per_step(before, after, steps):
 def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     rank = p3t.rank()
     shaped = (mode != 'compute' or pressure == 'burst') and not args.no_shape
-    if shaped:
-        shape(mode, pressure, args)
+    p3_parent = shape(mode, pressure, args) if shaped else None
     # Every mode starts from rank 0's parameters ('compute' trains alone).
     p3t.broadcast_parameters(model.state_dict())
     dist.barrier()
@@ -423,7 +427,6 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     link = LinkSampler() if args.timeline and mode != 'compute' else None
     events = record_exchange(opt) if link else None
     steps, fwd, phases, t_prev, snaps = [], [], [], None, []
-    p3_qdisc = shaped and (mode in P3_QDISC or mode == 'compute')
     cpu, c_prev, threads, guest, sampler, profile = ([], None, None, None,
                                                      None, None)
     for i in range(args.warmup + args.iters):
@@ -448,7 +451,7 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             steps.append(t0 - t_prev)
             cpu.append(c0 - c_prev)
         if i >= args.warmup:
-            snaps.append(step_snapshot(t0, opt, bursts, p3_qdisc))
+            snaps.append(step_snapshot(t0, opt, bursts, p3_parent))
         t_prev, c_prev = t0, c0
         opt.zero_grad()
         f0 = time.monotonic()
