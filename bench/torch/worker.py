@@ -30,7 +30,9 @@ untagged traffic (the bursts) has the least urgent band to itself.
 
 Rank 0 appends one JSON line per run to --out: every timed step's length,
 how much of its forward pass overlapped the previous step's exchange, and
-from both ranks opt.stats() and the qdiscs' drop counters.
+from both ranks opt.stats(), the qdiscs' drop counters and the counters
+each rank took at every timed step's start (step_snapshot;
+bench/torch/steps.py reads them).
 """
 import argparse
 import json
@@ -374,7 +376,8 @@ def link_bytes():
 def step_snapshot(t, opt, bursts, p3_parent):
     """This rank's counters at a step's start (t): the link's bytes, the
     network's counters, how long its TCP sockets spent in timeout
-    recovery (tcpdiag.py), the optimizer's stats() and, where this host
+    recovery and with data outstanding (tcpdiag.py), the guest's CPU,
+    the optimizer's stats() and, where this host
     has a p3 qdisc (its parent: 'root', or netem's class under loss),
     its drops; the difference between two snapshots is what happened in
     a step (bench/torch/steps.py)."""
