@@ -40,13 +40,25 @@ def label(r):
                                              if tol is not None else '')
 
 
+def value(snap, path):
+    """The counter at path (keys into a snapshot), None if not recorded
+    (older runs lack the later counters; some modes have no qdisc or no
+    stats())."""
+    for k in path:
+        snap = snap.get(k) if isinstance(snap, dict) else None
+    return snap
+
+
 def diffs(snaps, path):
-    """Per step, the change of one counter (path: keys into a snapshot)."""
-    def get(s):
-        for k in path:
-            s = s.get(k) if isinstance(s, dict) else None
-        return s or 0
-    return [get(b) - get(a) for a, b in zip(snaps, snaps[1:])]
+    """Per step, the change of one counter; None for each step if the
+    run did not record it."""
+    if value(snaps[0], path) is None:
+        return [None] * (len(snaps) - 1)
+    return [value(b, path) - value(a, path) for a, b in zip(snaps, snaps[1:])]
+
+
+def scaled(xs, factor):
+    return [None if x is None else x * factor for x in xs]
 
 
 def step_rows(r):
@@ -58,39 +70,31 @@ def step_rows(r):
     bursts, counted as they enter the qdisc, which drops a few tenths of
     a percent of them; a burst queued at a step's end counts in that
     step) and the fragments it received (the other link's bursts).  The
-    other counters are both ranks' sums, each over its own steps."""
+    other counters are both ranks' sums, each over its own steps, and
+    None where a run did not record them."""
     snaps = [rank['snapshots'] for rank in r['ranks']]
     per_byte = 8 / (r['mbit'] * 1e6)
-    bursts = [[n * WIRE_PER_FRAGMENT * per_byte for n in diffs(snaps[0], ('net', name))]
+    bursts = [scaled(diffs(snaps[0], ('net', name)), WIRE_PER_FRAGMENT * per_byte)
               for name in ('Ip.FragCreates', 'Ip.ReasmReqds')]
-    busy = [[n * per_byte for n in diffs(snaps[0], ('link', way))]
-            for way in ('tx', 'rx')]
-    have_link = bool(snaps[0][0].get('link'))
-    both = lambda *path: [sum(x) for x in zip(*(diffs(s, path) for s in snaps))]
+    busy = [scaled(diffs(snaps[0], ('link', way)), per_byte) for way in ('tx', 'rx')]
+
+    def both(*path):
+        per_rank = [diffs(s, path) for s in snaps]
+        return [None if None in x else sum(x) for x in zip(*per_rank)]
     cols = {'retrans': both('net', 'Tcp.RetransSegs'),
             'timeouts': both('net', 'TcpExt.TCPTimeouts'),
-            # Recorded since session 24's second boot.
-            'spurious': (both('net', 'TcpExt.TCPSpuriousRTOs')
-                         if 'TcpExt.TCPSpuriousRTOs' in snaps[0][0]['net']
-                         else [None] * len(r['steps'])),
-            # Recorded since session 24 (and on Linux 6.7 or later).
-            'rto_s': ([ms / 1000 for ms in both('tcp_rto', 'rto_ms')]
-                      if snaps[0][0].get('tcp_rto') else [None] * len(r['steps'])),
+            'spurious': both('net', 'TcpExt.TCPSpuriousRTOs'),
+            'rto_s': scaled(both('tcp_rto', 'rto_ms'), 1e-3),
+            'tcp_busy': scaled(both('tcp_rto', 'busy_us'), 1e-6),
+            'guest_idle': diffs(snaps[0], ('guest', 'idle')),
             'rerequests': both('stats', 'rerequests'),
             'bytes_lost': both('stats', 'bytes_lost'),
             'limit': both('qdisc', 'drops_limit'),
             'deadline': both('qdisc', 'drops_deadline')}
-    # Recorded since session 24's third boot: the guest's idle vCPU time
-    # (rank 0's view) and the TCP sockets' time with data outstanding.
-    cols['guest_idle'] = (diffs(snaps[0], ('guest', 'idle'))
-                          if snaps[0][0].get('guest') else [None] * len(r['steps']))
-    cols['tcp_busy'] = ([us / 1e6 for us in both('tcp_rto', 'busy_us')]
-                        if 'busy_us' in (snaps[0][0].get('tcp_rto') or {})
-                        else [None] * len(r['steps']))
     rows = []
     for k, step in enumerate(r['steps']):
         row = {'step': step, 'burst_s': [b[k] for b in bursts]}
-        if have_link:
+        if busy[0][k] is not None:
             row['job_s'] = [max(0.0, u[k] - b[k]) for u, b in zip(busy, bursts)]
             row['idle_s'] = [step - u[k] for u in busy]
         row.update({name: col[k] for name, col in cols.items()})
@@ -114,11 +118,11 @@ def run_text(r, rows):
            'lost | qdisc limit drops | deadline drops |',
            '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
     for k, w in enumerate(rows):
-        out.append('| %d | %.2f | %s | %s | %s | %d | %d (%s) | %s | %d | %d | %d | %d |' % (
+        out.append('| %d | %.2f | %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s |' % (
             k + 1, w['step'], pair(w['burst_s']), pair(w.get('job_s')),
-            pair(w.get('idle_s')), w['retrans'], w['timeouts'], count(w['spurious']),
-            count(w['rto_s'], '%.1f'),
-            w['rerequests'], w['bytes_lost'], w['limit'], w['deadline']))
+            pair(w.get('idle_s')), count(w['retrans']), count(w['timeouts']),
+            count(w['spurious']), count(w['rto_s'], '%.1f'),
+            *(count(w[k]) for k in ('rerequests', 'bytes_lost', 'limit', 'deadline'))))
     drops = band_drops(r)
     if drops:
         out.append('\nqdisc drops by band over the run, both hosts: ' + ', '.join(
