@@ -55,6 +55,7 @@ import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
 from model import VGGSmall, describe  # noqa: E402
 from sampler import Sampler  # noqa: E402
+import rtotrace  # noqa: E402
 from tcpdiag import rto_totals  # noqa: E402
 
 BULK_PORT = 5301
@@ -427,8 +428,13 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     bursts = (Bursts(peer, args.burst_pkts, args.burst_every,
                      args.burst_level, 11 + rank)
               if pressure == 'burst' else None)
-    link = LinkSampler() if args.timeline and mode != 'compute' else None
-    events = record_exchange(opt) if link else None
+    link = (LinkSampler() if (args.timeline or args.rto_trace)
+            and mode != 'compute' else None)
+    events = record_exchange(opt) if args.timeline and link else None
+    # One kernel traces both hosts' sockets: rank 0 records it.
+    tracing = args.rto_trace and mode != 'compute' and rank == 0
+    if tracing:
+        rtotrace.start()
     steps, fwd, phases, t_prev, snaps = [], [], [], None, []
     cpu, c_prev, threads, guest, sampler, profile = ([], None, None, None,
                                                      None, None)
@@ -482,8 +488,12 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
         stats = opt.stats()
         levels = opt.levels
         opt.close()
-    timeline = ({'link': link.close(), 'phases': phases, 'events': events,
-                 'exchange_done': done} if link else None)
+    link_samples = link.close() if link else None
+    timeline = ({'link': link_samples, 'phases': phases, 'events': events,
+                 'exchange_done': done} if args.timeline and link else None)
+    timer_waits = (rtotrace.waits({rtotrace.address_key(own_address(peer)): 0,
+                                   rtotrace.address_key(peer): 1})
+                   if tracing else None)
     same = params_equal(model) if args.check_params and mode != 'compute' else None
     bulk_bytes = up.sent if up else 0
     if up:
@@ -497,6 +507,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     dist.all_gather_object(every, {'stats': stats, 'burst': burst,
                                    'threads': threads, 'guest': guest,
                                    'profile': profile, 'snapshots': snaps,
+                                   'link': link_samples if args.rto_trace
+                                   else None,
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
@@ -507,12 +519,21 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
             'backward': [ph[3] - ph[2] for ph in phases[args.warmup:]],
             'cpu': cpu,
             'timeline': timeline,
+            'timer_waits': timer_waits,
+            'trace_overruns': rtotrace.overruns() if tracing else None,
             'params_equal': same, 'ranks': every,
             'loss': args.loss if pressure == 'loss' else None,
             'deadline': args.deadline if mode == 'p3dlcp' else None,
             'qdeadline': args.qdeadline if mode == 'p3dlcp' else None,
             'loss_tolerance': (args.loss_tolerance if mode == 'p3dlcp'
                                else None)}
+
+
+def own_address(peer):
+    """This host's address on the link to peer (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((peer, 9))
+        return s.getsockname()[0]
 
 
 def params_equal(model):
@@ -563,6 +584,11 @@ def main():
     ap.add_argument('--timeline', action='store_true',
                     help="record eth0's transmitted bytes every 20 ms and "
                     "each step's phases (bench/torch/timeline.py reads them)")
+    ap.add_argument('--rto-trace', action='store_true',
+                    help='trace every TCP retransmission timer (armed, '
+                    "fired) and each rank's link every 20 ms "
+                    '(bench/torch/rtotrace.py; bench/torch/waits.py reads '
+                    'them)')
     ap.add_argument('--check-params', action='store_true',
                     help='after each mode, compare the ranks\' parameters')
     ap.add_argument('--sample', action='store_true',

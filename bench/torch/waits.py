@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""How much of each step both links sat idle while a TCP socket waited
+for its retransmission timer, from bench/torch runs with --rto-trace
+(host side).
+
+  bench/torch/waits.py [--png OUT.png] RESULTS.jsonl [RESULTS.jsonl ...]
+
+A run with --rto-trace holds every timer wait that ended in a firing
+(rtotrace.py: from the timer's last start to its firing, on either host)
+and each rank's transmitted bytes every 20 ms.  A 20 ms interval in which
+a link carried less than a tenth of its rate counts as idle.  Per step
+(rank 0's steps), the table gives the time some socket was waiting, the
+time both links were idle, and the time both were idle while some socket
+waited: a wait the link could not fill.  Then the slowest quarter of the
+steps against the rest, and how closely the steps' lengths follow each.
+--png draws each run's steps, slowest last, split into those three.
+"""
+import argparse
+import json
+import statistics
+
+from report import new_figure, save
+from steps import count, label
+
+IDLE = 0.1      # of the link's rate, in a 20 ms sample: idle
+
+
+def union(spans):
+    """Sorted, disjoint spans covering the same time as spans."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def intersect(xs, ys):
+    """The time in both lists of sorted, disjoint spans."""
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < b:
+            out.append([a, b])
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def length(spans, lo, hi):
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+
+
+def idle_spans(samples, mbit):
+    """The 20 ms intervals in which a link sent less than IDLE of its
+    rate, as sorted, disjoint spans."""
+    spans = []
+    for (t0, b0), (t1, b1) in zip(samples, samples[1:]):
+        if (b1 - b0) * 8 < IDLE * mbit * 1e6 * (t1 - t0):
+            spans.append((t0, t1))
+    return union(spans)
+
+
+def step_rows(r):
+    """[{step, wait_s, idle_s, idle_wait_s, firings, longest}] for each
+    of rank 0's timed steps."""
+    starts = [s['t'] for s in r['ranks'][0]['snapshots']]
+    waits = r['timer_waits']
+    waiting = union((w['from'], w['to']) for w in waits)
+    idle = intersect(*(idle_spans(rank['link'], r['mbit'])
+                       for rank in r['ranks']))
+    idle_waiting = intersect(idle, waiting)
+    rows = []
+    for lo, hi in zip(starts, starts[1:]):
+        fired = [w['to'] - w['from'] for w in waits if lo <= w['to'] < hi]
+        rows.append({'step': hi - lo, 'wait_s': length(waiting, lo, hi),
+                     'idle_s': length(idle, lo, hi),
+                     'idle_wait_s': length(idle_waiting, lo, hi),
+                     'firings': len(fired),
+                     'longest': max(fired, default=0.0)})
+    return rows
+
+
+COLUMNS = (('step', 'length (s)', '%.2f'),
+           ('wait_s', 'some socket waiting for its timer (s)', '%.2f'),
+           ('idle_s', 'both links idle (s)', '%.2f'),
+           ('idle_wait_s', 'both idle while a socket waited (s)', '%.2f'),
+           ('firings', 'timer firings', '%d'),
+           ('longest', 'longest wait that fired (s)', '%.2f'))
+
+
+def run_text(r, rows):
+    waits = r['timer_waits']
+    lengths = sorted(w['to'] - w['from'] for w in waits)
+    again = sum(w['again'] for w in waits)
+    out = ['\n%s, %s pressure: %d steps; %d timer firings, %d of them a '
+           'backed-off timer firing again; wait median %.2f s, max %.2f s; '
+           'trace events lost: %s' % (
+               label(r), r['pressure'], len(rows), len(waits), again,
+               statistics.median(lengths) if lengths else 0,
+               lengths[-1] if lengths else 0, count(r.get('trace_overruns'))),
+           '| step | ' + ' | '.join(name for _, name, _ in COLUMNS) + ' |',
+           '|---:|' + '---:|' * len(COLUMNS)]
+    for k, w in enumerate(rows):
+        out.append('| %d | %s |' % (k + 1, ' | '.join(
+            form % w[key] for key, _, form in COLUMNS)))
+    return '\n'.join(out)
+
+
+def summary(runs):
+    """Per run: the slowest quarter of the steps against the rest (means
+    a step), and Pearson's r of step length with each column."""
+    keys = [key for key, _, _ in COLUMNS]
+    out = ['\n| run | part | steps | ' + ' | '.join(
+        name for _, name, _ in COLUMNS) + ' |',
+        '|---|---|---:|' + '---:|' * len(COLUMNS)]
+    for r, rows in runs:
+        ordered = sorted(rows, key=lambda w: w['step'])
+        cut = len(rows) - max(1, len(rows) // 4)
+        for part, name in ((ordered[cut:], 'slowest quarter'),
+                           (ordered[:cut], 'the rest')):
+            out.append('| %s | %s | %d | %s |' % (
+                label(r), name, len(part), ' | '.join(
+                    '%.2f' % statistics.fmean(w[k] for w in part)
+                    for k in keys)))
+        steps = [w['step'] for w in rows]
+        cells = []
+        for k in keys[1:]:
+            try:
+                cells.append('%.2f' % statistics.correlation(
+                    steps, [w[k] for w in rows]))
+            except statistics.StatisticsError:
+                cells.append('–')
+        out.append('| %s | r(step, ·) | | – | %s |' % (label(r), ' | '.join(cells)))
+    return '\n'.join(out)
+
+
+def plot(runs, png):
+    """Per run, its steps from fastest to slowest, each a bar: some link
+    busy, both idle while a socket waited for its timer, both idle
+    otherwise."""
+    fig, ax = new_figure((8, 4))
+    x0, ticks = 0, []
+    parts = (('busy', 'a link busy', 'tab:blue'),
+             ('idle_wait_s', 'both links idle, a socket waiting for its '
+              'retransmission timer', 'tab:red'),
+             ('idle_other', 'both idle, no timer waiting', 'lightgrey'))
+    for n, (r, rows) in enumerate(runs):
+        rows = sorted(rows, key=lambda w: w['step'])
+        for w in rows:
+            w['busy'] = w['step'] - w['idle_s']
+            w['idle_other'] = w['idle_s'] - w['idle_wait_s']
+        xs = range(x0, x0 + len(rows))
+        bottom = [0.0] * len(rows)
+        for key, name, colour in parts:
+            ys = [w[key] for w in rows]
+            ax.bar(xs, ys, 0.8, bottom=bottom, color=colour,
+                   label=name if n == 0 else None)
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ticks.append((x0 + len(rows) / 2, label(r)))
+        x0 += len(rows) + 2
+    ax.set_xticks([t for t, _ in ticks])
+    ax.set_xticklabels([name for _, name in ticks], fontsize=7)
+    ax.set_ylabel('seconds of a step')
+    ax.set_title('Each step, fastest to slowest: where both links sat idle '
+                 '(TCG VM)')
+    save(fig, ax, png)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('results', nargs='+')
+    ap.add_argument('--png')
+    args = ap.parse_args()
+    runs = []
+    for path in args.results:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get('timer_waits') is not None and r['steps']:
+                    runs.append((r, step_rows(r)))
+    if not runs:
+        raise SystemExit('waits.py: no run with --rto-trace in '
+                         + ', '.join(args.results))
+    for r, rows in runs:
+        print(run_text(r, rows))
+    print(summary(runs))
+    if args.png:
+        plot(runs, args.png)
+
+
+if __name__ == '__main__':
+    main()
