@@ -36,8 +36,9 @@ WIRE_PER_FRAGMENT = (BURST_DGRAM + FRAGMENTS * (20 + 14)) / FRAGMENTS
 
 def label(r):
     tol = r.get('loss_tolerance')
-    return run_label(r['mode'], r['bulk']) + (', %g%% tolerated' % (100 * tol)
-                                             if tol is not None else '')
+    return (run_label(r['mode'], r['bulk'])
+            + (', %g%% tolerated' % (100 * tol) if tol is not None else '')
+            + (', ACKs most urgent' if r.get('ack_band') else ''))
 
 
 def value(snap, path):

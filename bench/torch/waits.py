@@ -8,8 +8,8 @@ for its retransmission timer, from bench/torch runs with --rto-trace
 
 A run with --rto-trace holds every timer wait that ended in a firing
 (rtotrace.py: from the timer's last start to its firing, on either host)
-and each rank's transmitted bytes every 20 ms.  A 20 ms interval in which
-a link carried less than a tenth of its rate counts as idle.  Per step
+and each rank's transmitted bytes every 20 ms (idle_spans() says how
+they become the link's idle time).  Per step
 (rank 0's steps), the table gives the time some socket was waiting, the
 time both links were idle, and the time both were idle while some socket
 waited: a wait the link could not fill.  Then the slowest quarter of the
@@ -22,9 +22,6 @@ import statistics
 
 from report import new_figure, save
 from steps import count, label
-
-IDLE = 0.1      # of the link's rate, in a 20 ms sample: idle
-
 
 def union(spans):
     """Sorted, disjoint spans covering the same time as spans."""
@@ -56,41 +53,62 @@ def length(spans, lo, hi):
 
 
 def idle_spans(samples, mbit):
-    """The 20 ms intervals in which a link sent less than IDLE of its
-    rate, as sorted, disjoint spans."""
-    spans = []
+    """When a link carried nothing, as sorted, disjoint spans.  The veth
+    counts a packet when the pacer hands it over, and a 64 KB GSO packet
+    is 52 ms of a 10 Mbit/s link, longer than a sample: so each sample's
+    bytes occupy the link, at its rate, from the sample's start or from
+    the end of what came before, whichever is later."""
+    idle, free_at = [], samples[0][0]
     for (t0, b0), (t1, b1) in zip(samples, samples[1:]):
-        if (b1 - b0) * 8 < IDLE * mbit * 1e6 * (t1 - t0):
-            spans.append((t0, t1))
-    return union(spans)
+        if b1 == b0:
+            continue
+        if t0 > free_at:
+            idle.append([free_at, t0])
+        free_at = max(free_at, t0) + (b1 - b0) * 8 / (mbit * 1e6)
+    if samples[-1][0] > free_at:
+        idle.append([free_at, samples[-1][0]])
+    return idle
 
 
 def step_rows(r):
-    """[{step, wait_s, idle_s, idle_wait_s, firings, longest}] for each
-    of rank 0's timed steps."""
+    """[{step, wait_s, firings, longest, idle_s: [link 0, link 1, both],
+    idle_wait_s: [the same, while a timer waited]}] for each of rank 0's
+    timed steps.  A wait on either host counts for both links: a rank
+    whose link is idle may be waiting for the other's data."""
     starts = [s['t'] for s in r['ranks'][0]['snapshots']]
     waits = r['timer_waits']
     waiting = union((w['from'], w['to']) for w in waits)
-    idle = intersect(*(idle_spans(rank['link'], r['mbit'])
-                       for rank in r['ranks']))
-    idle_waiting = intersect(idle, waiting)
+    idle = [idle_spans(rank['link'], r['mbit']) for rank in r['ranks']]
+    idle.append(intersect(*idle))
+    idle_waiting = [intersect(spans, waiting) for spans in idle]
     rows = []
     for lo, hi in zip(starts, starts[1:]):
         fired = [w['to'] - w['from'] for w in waits if lo <= w['to'] < hi]
         rows.append({'step': hi - lo, 'wait_s': length(waiting, lo, hi),
-                     'idle_s': length(idle, lo, hi),
-                     'idle_wait_s': length(idle_waiting, lo, hi),
                      'firings': len(fired),
-                     'longest': max(fired, default=0.0)})
+                     'longest': max(fired, default=0.0),
+                     'idle_s': [length(x, lo, hi) for x in idle],
+                     'idle_wait_s': [length(x, lo, hi) for x in idle_waiting]})
     return rows
 
 
 COLUMNS = (('step', 'length (s)', '%.2f'),
-           ('wait_s', 'some socket waiting for its timer (s)', '%.2f'),
-           ('idle_s', 'both links idle (s)', '%.2f'),
-           ('idle_wait_s', 'both idle while a socket waited (s)', '%.2f'),
+           ('wait_s', 'a socket waiting for its timer (s)', '%.2f'),
            ('firings', 'timer firings', '%d'),
-           ('longest', 'longest wait that fired (s)', '%.2f'))
+           ('longest', 'longest wait that fired (s)', '%.2f'),
+           ('idle_s', 'idle: link 0, link 1, both (s)', '%.2f'),
+           ('idle_wait_s', 'of that, while a timer waited (s)', '%.2f'))
+
+
+def cell(x, form):
+    return ', '.join(form % v for v in x) if isinstance(x, list) else form % x
+
+
+def mean(rows, key):
+    xs = [w[key] for w in rows]
+    if isinstance(xs[0], list):
+        return [statistics.fmean(col) for col in zip(*xs)]
+    return statistics.fmean(xs)
 
 
 def run_text(r, rows):
@@ -107,14 +125,20 @@ def run_text(r, rows):
            '|---:|' + '---:|' * len(COLUMNS)]
     for k, w in enumerate(rows):
         out.append('| %d | %s |' % (k + 1, ' | '.join(
-            form % w[key] for key, _, form in COLUMNS)))
+            cell(w[key], form) for key, _, form in COLUMNS)))
     return '\n'.join(out)
+
+
+def correlation(xs, ys):
+    try:
+        return '%.2f' % statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return '–'
 
 
 def summary(runs):
     """Per run: the slowest quarter of the steps against the rest (means
     a step), and Pearson's r of step length with each column."""
-    keys = [key for key, _, _ in COLUMNS]
     out = ['\n| run | part | steps | ' + ' | '.join(
         name for _, name, _ in COLUMNS) + ' |',
         '|---|---|---:|' + '---:|' * len(COLUMNS)]
@@ -125,35 +149,34 @@ def summary(runs):
                            (ordered[:cut], 'the rest')):
             out.append('| %s | %s | %d | %s |' % (
                 label(r), name, len(part), ' | '.join(
-                    '%.2f' % statistics.fmean(w[k] for w in part)
-                    for k in keys)))
+                    cell(mean(part, key), '%.2f') for key, _, _ in COLUMNS)))
         steps = [w['step'] for w in rows]
         cells = []
-        for k in keys[1:]:
-            try:
-                cells.append('%.2f' % statistics.correlation(
-                    steps, [w[k] for w in rows]))
-            except statistics.StatisticsError:
-                cells.append('–')
+        for key, _, _ in COLUMNS[1:]:
+            xs = [w[key] for w in rows]
+            cells.append(', '.join(correlation(steps, col) for col in zip(*xs))
+                         if isinstance(xs[0], list) else correlation(steps, xs))
         out.append('| %s | r(step, ·) | | – | %s |' % (label(r), ' | '.join(cells)))
     return '\n'.join(out)
 
 
 def plot(runs, png):
-    """Per run, its steps from fastest to slowest, each a bar: some link
-    busy, both idle while a socket waited for its timer, both idle
+    """Per run, its steps from fastest to slowest, each a bar of the two
+    links' mean: busy, idle while a socket waited for its timer, idle
     otherwise."""
     fig, ax = new_figure((8, 4))
     x0, ticks = 0, []
-    parts = (('busy', 'a link busy', 'tab:blue'),
-             ('idle_wait_s', 'both links idle, a socket waiting for its '
+    parts = (('busy', 'link busy', 'tab:blue'),
+             ('idle_wait', 'link idle, a socket waiting for its '
               'retransmission timer', 'tab:red'),
-             ('idle_other', 'both idle, no timer waiting', 'lightgrey'))
+             ('idle_other', 'link idle, no timer waiting', 'lightgrey'))
     for n, (r, rows) in enumerate(runs):
         rows = sorted(rows, key=lambda w: w['step'])
         for w in rows:
-            w['busy'] = w['step'] - w['idle_s']
-            w['idle_other'] = w['idle_s'] - w['idle_wait_s']
+            idle = sum(w['idle_s'][:2]) / 2
+            w['busy'] = w['step'] - idle
+            w['idle_wait'] = sum(w['idle_wait_s'][:2]) / 2
+            w['idle_other'] = idle - w['idle_wait']
         xs = range(x0, x0 + len(rows))
         bottom = [0.0] * len(rows)
         for key, name, colour in parts:
@@ -165,8 +188,8 @@ def plot(runs, png):
         x0 += len(rows) + 2
     ax.set_xticks([t for t, _ in ticks])
     ax.set_xticklabels([name for _, name in ticks], fontsize=7)
-    ax.set_ylabel('seconds of a step')
-    ax.set_title('Each step, fastest to slowest: where both links sat idle '
+    ax.set_ylabel('seconds of a step (mean of the two links)')
+    ax.set_title('Each step, fastest to slowest: when the links sat idle '
                  '(TCG VM)')
     save(fig, ax, png)
 

@@ -109,6 +109,14 @@ def shape(mode, pressure, args):
         bands += args.spare_band
         cmds += ('qdisc add dev eth0 %s handle %s: p3 limit %d rate %dkbit '
                  'bands %d\n' % (at, h, QLIMIT, kbit(args), bands))
+        if args.ack_band:
+            # IPv4 TCP packets under 128 bytes, pure acknowledgements
+            # (SACK blocks included), to the most urgent band: an
+            # acknowledgement queued behind a burst holds back the other
+            # direction's flow, and past its RTO times it out for nothing.
+            cmds += ('filter add dev eth0 parent %s: protocol ip prio 1 u32 '
+                     'match ip protocol 6 0xff match u16 0 0xff80 at 2 '
+                     'classid %s:1\n' % (h, h))
         # The datagrams' bands: the odd ones above the default band.
         for band in range(1, bands - 1, 2) if mode == 'p3dlcp' else ():
             cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
@@ -512,7 +520,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                                    'qdisc': qdisc_drops() if shaped else None})
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
-            'spare_band': args.spare_band, 'levels': levels,
+            'spare_band': args.spare_band, 'ack_band': args.ack_band,
+            'levels': levels,
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
             # Each timed step's backward pass, its gradient hooks included.
@@ -584,6 +593,9 @@ def main():
     ap.add_argument('--timeline', action='store_true',
                     help="record eth0's transmitted bytes every 20 ms and "
                     "each step's phases (bench/torch/timeline.py reads them)")
+    ap.add_argument('--ack-band', action='store_true',
+                    help="with p3: a u32 filter sends TCP's pure "
+                    'acknowledgements to the most urgent band')
     ap.add_argument('--rto-trace', action='store_true',
                     help='trace every TCP retransmission timer (armed, '
                     "fired) and each rank's link every 20 ms "
