@@ -26,6 +26,11 @@
 #       --deadline 0.5 --batch 2 --pressure burst --burst-level 0 \
 #       --burst-every 4 --modes p3kernel,p3dlcp --loss-tolerance 0.1
 #   bench/torch/steps.py --png steps.png build/bench-torch/results.jsonl
+# and, with --rto-trace, how much of the links' idle time fell while a TCP
+# socket waited for its retransmission timer; --ack-band sends pure
+# acknowledgements to p3's most urgent band (docs/benchmarks.md,
+# "Which timer: acknowledgements behind the bursts"):
+#   bench/torch/waits.py --png waits.png build/bench-torch/results.jsonl
 # P3_KERNEL picks the VM's kernel (default 6.12).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)

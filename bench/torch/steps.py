@@ -214,19 +214,17 @@ def correlations(runs):
     return '\n'.join(out)
 
 
-def plot(runs, png):
-    """Per run, its steps from fastest to slowest, each a bar of the two
-    links' mean: bursts, the job's packets, idle."""
+def plot_steps(runs, parts, title, png):
+    """Per run, its steps from fastest to slowest, each a bar of parts
+    stacked bottom up: (a row's seconds, legend, colour)."""
     fig, ax = new_figure((8, 4))
     x0, ticks = 0, []
-    parts = (('burst_s', 'bursts', 'tab:red'), ('job_s', "the job's packets",
-             'tab:blue'), ('idle_s', 'idle', 'lightgrey'))
     for n, (r, rows) in enumerate(runs):
         rows = sorted(rows, key=lambda w: w['step'])
         xs = range(x0, x0 + len(rows))
         bottom = [0.0] * len(rows)
-        for key, name, colour in parts:
-            ys = [sum(w.get(key) or (0, 0)) / 2 for w in rows]
+        for seconds, name, colour in parts:
+            ys = [seconds(w) for w in rows]
             ax.bar(xs, ys, 0.8, bottom=bottom, color=colour,
                    label=name if n == 0 else None)
             bottom = [b + y for b, y in zip(bottom, ys)]
@@ -235,8 +233,36 @@ def plot(runs, png):
     ax.set_xticks([t for t, _ in ticks])
     ax.set_xticklabels([name for _, name in ticks], fontsize=7)
     ax.set_ylabel('seconds of a step (mean of the two links)')
-    ax.set_title("Each step's link time, fastest to slowest, per run (TCG VM)")
+    ax.set_title(title)
     save(fig, ax, png)
+
+
+def plot(runs, png):
+    """Each step's link time, the two links' mean: bursts, the job's
+    packets, idle."""
+    def links(key):
+        return lambda w: sum(w.get(key) or (0, 0)) / 2
+    plot_steps(runs, ((links('burst_s'), 'bursts', 'tab:red'),
+                      (links('job_s'), "the job's packets", 'tab:blue'),
+                      (links('idle_s'), 'idle', 'lightgrey')),
+               "Each step's link time, fastest to slowest, per run (TCG VM)",
+               png)
+
+
+def load_runs(paths, recorded, rows_of, what):
+    """[(run, rows_of(run))] for every run in the results files that
+    has timed steps and recorded(run); exits naming what is missing if
+    none has."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r['steps'] and recorded(r):
+                    runs.append((r, rows_of(r)))
+    if not runs:
+        raise SystemExit('no run with %s in %s' % (what, ', '.join(paths)))
+    return runs
 
 
 def main():
@@ -244,16 +270,9 @@ def main():
     ap.add_argument('results', nargs='+')
     ap.add_argument('--png')
     args = ap.parse_args()
-    runs = []
-    for path in args.results:
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r['steps'] and all(rank.get('snapshots') for rank in r['ranks']):
-                    runs.append((r, step_rows(r)))
-    if not runs:
-        raise SystemExit('steps.py: no run with per-step counters in '
-                         + ', '.join(args.results))
+    runs = load_runs(args.results, lambda r: all(rank.get('snapshots')
+                                                 for rank in r['ranks']),
+                     step_rows, 'per-step counters')
     for r, rows in runs:
         print(run_text(r, rows))
     print(summary(runs))

@@ -17,11 +17,9 @@ steps against the rest, and how closely the steps' lengths follow each.
 --png draws each run's steps, slowest last, split into those three.
 """
 import argparse
-import json
 import statistics
 
-from report import new_figure, save
-from steps import count, label
+from steps import count, label, load_runs, plot_steps
 
 def union(spans):
     """Sorted, disjoint spans covering the same time as spans."""
@@ -161,37 +159,20 @@ def summary(runs):
 
 
 def plot(runs, png):
-    """Per run, its steps from fastest to slowest, each a bar of the two
-    links' mean: busy, idle while a socket waited for its timer, idle
-    otherwise."""
-    fig, ax = new_figure((8, 4))
-    x0, ticks = 0, []
-    parts = (('busy', 'link busy', 'tab:blue'),
-             ('idle_wait', 'link idle, a socket waiting for its '
-              'retransmission timer', 'tab:red'),
-             ('idle_other', 'link idle, no timer waiting', 'lightgrey'))
-    for n, (r, rows) in enumerate(runs):
-        rows = sorted(rows, key=lambda w: w['step'])
-        for w in rows:
-            idle = sum(w['idle_s'][:2]) / 2
-            w['busy'] = w['step'] - idle
-            w['idle_wait'] = sum(w['idle_wait_s'][:2]) / 2
-            w['idle_other'] = idle - w['idle_wait']
-        xs = range(x0, x0 + len(rows))
-        bottom = [0.0] * len(rows)
-        for key, name, colour in parts:
-            ys = [w[key] for w in rows]
-            ax.bar(xs, ys, 0.8, bottom=bottom, color=colour,
-                   label=name if n == 0 else None)
-            bottom = [b + y for b, y in zip(bottom, ys)]
-        ticks.append((x0 + len(rows) / 2, label(r)))
-        x0 += len(rows) + 2
-    ax.set_xticks([t for t, _ in ticks])
-    ax.set_xticklabels([name for _, name in ticks], fontsize=7)
-    ax.set_ylabel('seconds of a step (mean of the two links)')
-    ax.set_title('Each step, fastest to slowest: when the links sat idle '
-                 '(TCG VM)')
-    save(fig, ax, png)
+    """Each step's link time, the two links' mean: busy, idle while a
+    socket waited for its timer, idle otherwise."""
+    def idle(w):
+        return sum(w['idle_s'][:2]) / 2
+
+    def idle_waiting(w):
+        return sum(w['idle_wait_s'][:2]) / 2
+    plot_steps(runs, (
+        (lambda w: w['step'] - idle(w), 'link busy', 'tab:blue'),
+        (idle_waiting, 'link idle, a socket waiting for its retransmission '
+         'timer', 'tab:red'),
+        (lambda w: idle(w) - idle_waiting(w), 'link idle, no timer waiting',
+         'lightgrey')),
+        'Each step, fastest to slowest: when the links sat idle (TCG VM)', png)
 
 
 def main():
@@ -199,16 +180,8 @@ def main():
     ap.add_argument('results', nargs='+')
     ap.add_argument('--png')
     args = ap.parse_args()
-    runs = []
-    for path in args.results:
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r.get('timer_waits') is not None and r['steps']:
-                    runs.append((r, step_rows(r)))
-    if not runs:
-        raise SystemExit('waits.py: no run with --rto-trace in '
-                         + ', '.join(args.results))
+    runs = load_runs(args.results, lambda r: r.get('timer_waits') is not None,
+                     step_rows, '--rto-trace')
     for r, rows in runs:
         print(run_text(r, rows))
     print(summary(runs))

@@ -27,6 +27,11 @@ connection for the whole run (p3's default band is its least urgent).
   loss      netem loss --loss % as the root, the mode's shaper under it
 --spare-band gives the p3 qdisc one band more than the job uses, so that
 untagged traffic (the bursts) has the least urgent band to itself.
+--ack-band adds a u32 filter to p3 that sends TCP's pure acknowledgements
+to its most urgent band (tc-p3(8), EXAMPLES).  --rto-trace records when
+every TCP retransmission timer of the guest was armed and fired
+(rtotrace.py) and each rank's link every 20 ms, for
+bench/torch/waits.py.
 
 Rank 0 appends one JSON line per run to --out: every timed step's length,
 how much of its forward pass overlapped the previous step's exchange, and
