@@ -22,7 +22,11 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
     P3_DGRAM_GSO=0: libp3's UDP GSO packets hold many frames);
   - each rank snapshots its counters at every timed step's start
     (bench/torch/steps.py reads them), and p3.torch's bytes_sent grows
-    in every step, as a job that pushes every step must.
+    in every step, as a job that pushes every step must;
+  - bench/torch's trace of TCP's retransmission timers (rtotrace.py)
+    sees a lossy connection's timers fire, a backed-off timer after
+    twice TCP's least timeout (200 ms) at least, and removes its probes
+    after.
 
 Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 """
@@ -91,6 +95,59 @@ def snapshots(tap, r, iters):
                "; ".join(why))
 
 
+RTO_JOB = """
+import json, socket, sys, threading, time
+sys.path.insert(0, 'bench/torch')
+import rtotrace
+rtotrace.start()
+srv = socket.create_server(('127.0.0.1', 0))
+def drain():
+    c, _ = srv.accept()
+    while c.recv(1 << 16):
+        pass
+threading.Thread(target=drain, daemon=True).start()
+c = socket.create_connection(srv.getsockname(), timeout=30)
+for _ in range(40):
+    c.sendall(bytes(1000))
+    time.sleep(0.05)
+time.sleep(3)
+waits = rtotrace.waits({rtotrace.address_key('127.0.0.1'): 0})
+with open(rtotrace.TRACEFS + '/dynamic_events') as f:
+    print(json.dumps({'waits': waits, 'left': f.read()}))
+"""
+
+
+def timer_trace(tap):
+    """One connection over a loopback that loses 40% of its packets: its
+    retransmission timers must fire, some twice in a row, and a timer
+    that fires again was backed off, so it waited at least twice
+    TCP_RTO_MIN (less a 4 ms jiffy)."""
+    ns = "p3timer"
+    p3lib.sh(f"ip netns del {ns}", check=False)
+    p3lib.sh(f"ip netns add {ns}")
+    try:
+        p3lib.sh("ip link set lo up", ns=ns)
+        p3lib.sh("tc qdisc add dev lo root netem loss 40%", ns=ns)
+        with tempfile.NamedTemporaryFile("w", suffix=".py") as job:
+            job.write(RTO_JOB)
+            job.flush()
+            out = json.loads(p3lib.sh(f"/usr/bin/python3 {job.name}",
+                                      ns=ns, timeout=120))
+        waits, left = out["waits"], out["left"]
+    except Exception as e:  # a crashed trace is a failed test
+        waits, left = [], repr(e)
+    finally:
+        p3lib.sh(f"ip netns del {ns}", check=False)
+    again = [w["to"] - w["from"] for w in waits if w["again"]]
+    ok = (again and min(again) >= 0.396 and "p3rto" not in left
+          and all(w["to"] > w["from"] for w in waits))
+    tap.result(bool(ok), "rtotrace: a lossy connection's timers fire, a "
+               "backed-off one after twice TCP's least timeout",
+               f"{len(waits)} waits, {len(again)} of a timer firing again, "
+               f"shortest of those {min(again, default=0):.3f} s; probes "
+               f"left: {left.strip() or 'none'}")
+
+
 def interleaved(tap, stats, levels):
     """Bounded loss: levels 0..levels-1 on the even bands, their
     datagrams on the odd band after each.  The qdisc counts packets and
@@ -132,6 +189,7 @@ def main():
     args = ap.parse_args()
     tap = p3lib.Tap(args.prefix)
     klog = p3lib.KernelLog()
+    timer_trace(tap)
     r, stats, took, err = train("p3kernel", args.iters)
     job_ends(tap, "schedule p3", r, args.iters, took, err)
     snapshots(tap, r, args.iters)

@@ -12,6 +12,10 @@ sending into an empty flight (a tail loss probe ends in it too), and
 it fires in tcp_retransmit_timer(); a timer that fires again re-arms
 itself, backed off, without tcp_rearm_rto().  So a socket waited from
 its last arm or its last firing, whichever came later, to each firing.
+After a loss probe or a reordering timer, tcp_rearm_rto() counts the
+timeout from the oldest unacknowledged segment's departure instead, so
+such a wait began before its arm: waits are undercounted, never
+overcounted.
 
 The probes read the socket's fields through BTF (Linux 6.6+, with
 CONFIG_PROBE_EVENTS_BTF_ARGS), and the trace clock is CLOCK_MONOTONIC,
