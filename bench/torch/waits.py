@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
-"""How much of each step both links sat idle while a TCP socket waited
+"""How much of each step the links sat idle while a TCP socket waited
 for its retransmission timer, from bench/torch runs with --rto-trace
 (host side).
 
@@ -9,17 +9,19 @@ for its retransmission timer, from bench/torch runs with --rto-trace
 A run with --rto-trace holds every timer wait that ended in a firing
 (rtotrace.py: from the timer's last start to its firing, on either host)
 and each rank's transmitted bytes every 20 ms (idle_spans() says how
-they become the link's idle time).  Per step
-(rank 0's steps), the table gives the time some socket was waiting, the
-time both links were idle, and the time both were idle while some socket
-waited: a wait the link could not fill.  Then the slowest quarter of the
-steps against the rest, and how closely the steps' lengths follow each.
---png draws each run's steps, slowest last, split into those three.
+they become the link's idle time).  Per step (rank 0's steps), the
+table gives the time some socket was waiting, its timers' firings and
+longest wait, each link's idle time and both links' at once, and how
+much of each fell while some socket waited.  Then the slowest quarter
+of the steps against the rest, and how closely the steps' lengths
+follow each column.  --png draws each run's steps, slowest last, as the
+links' time: busy, idle while a timer waited, idle otherwise.
 """
 import argparse
 import statistics
 
 from steps import count, label, load_runs, plot_steps
+
 
 def union(spans):
     """Sorted, disjoint spans covering the same time as spans."""
