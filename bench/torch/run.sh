@@ -29,7 +29,7 @@
 # and, with --rto-trace, how much of the links' idle time fell while a TCP
 # socket waited for its retransmission timer; --ack-band sends pure
 # acknowledgements to p3's most urgent band (docs/benchmarks.md,
-# "Which timer: acknowledgements behind the bursts"):
+# "Timers, and acknowledgements behind the bursts"):
 #   bench/torch/waits.py --png waits.png build/bench-torch/results.jsonl
 # P3_KERNEL picks the VM's kernel (default 6.12).
 set -euo pipefail
