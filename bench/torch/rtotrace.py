@@ -23,6 +23,7 @@ Python's time.monotonic().
 """
 import os
 import re
+import subprocess
 
 TRACEFS = '/sys/kernel/tracing'
 GROUP = 'p3rto'
@@ -51,7 +52,8 @@ def start():
     """Install the probes (again, if a run before left them), empty the
     buffer and start recording."""
     if not os.path.isdir(os.path.join(TRACEFS, 'events')):
-        os.system('mount -t tracefs nodev ' + TRACEFS)
+        subprocess.run(['mount', '-t', 'tracefs', 'nodev', TRACEFS],
+                       check=True)
     stop()
     _write('trace_clock', 'mono')
     _write('buffer_size_kb', str(BUFFER_KB))

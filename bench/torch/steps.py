@@ -149,6 +149,13 @@ def mean_of(rows, f):
     return statistics.fmean(xs) if xs else float('nan')
 
 
+def slowest_quarter(rows):
+    """(the slowest quarter of the steps, at least one; the rest)."""
+    by_length = sorted(rows, key=lambda w: w['step'])
+    cut = len(rows) - max(1, len(rows) // 4)
+    return by_length[cut:], by_length[:cut]
+
+
 def summary(runs):
     """One line per run: the steps' spread, then the slowest quarter of
     its steps against the rest (means a step): the bursts' share of the
@@ -166,10 +173,8 @@ def summary(runs):
     idle = lambda w: sum(w['idle_s']) / 2 if 'idle_s' in w else float('nan')
     for r, rows in runs:
         ys = sorted(w['step'] for w in rows)
-        by_length = sorted(rows, key=lambda w: w['step'])
-        cut = len(rows) - max(1, len(rows) // 4)
         cells = []
-        for part in (by_length[cut:], by_length[:cut]):
+        for part in slowest_quarter(rows):
             cells += ['%.2f' % mean_of(part, lambda w: w['step']),
                       '%.0f%%' % (100 * mean_of(part, share)),
                       count(mean_of(part, idle), '%.2f'),

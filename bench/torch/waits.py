@@ -20,7 +20,7 @@ links' time: busy, idle while a timer waited, idle otherwise.
 import argparse
 import statistics
 
-from steps import count, label, load_runs, plot_steps
+from steps import count, label, load_runs, plot_steps, slowest_quarter
 
 
 def union(spans):
@@ -143,10 +143,8 @@ def summary(runs):
         name for _, name, _ in COLUMNS) + ' |',
         '|---|---|---:|' + '---:|' * len(COLUMNS)]
     for r, rows in runs:
-        ordered = sorted(rows, key=lambda w: w['step'])
-        cut = len(rows) - max(1, len(rows) // 4)
-        for part, name in ((ordered[cut:], 'slowest quarter'),
-                           (ordered[:cut], 'the rest')):
+        for part, name in zip(slowest_quarter(rows),
+                              ('slowest quarter', 'the rest')):
             out.append('| %s | %s | %d | %s |' % (
                 label(r), name, len(part), ' | '.join(
                     cell(mean(part, key), '%.2f') for key, _, _ in COLUMNS)))

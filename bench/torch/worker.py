@@ -118,7 +118,7 @@ def shape(mode, pressure, args):
             # IPv4 TCP packets under 128 bytes, pure acknowledgements
             # (SACK blocks included), to the most urgent band: an
             # acknowledgement queued behind a burst holds back the other
-            # direction's flow, and past its RTO times it out for nothing.
+            # direction's flow (tc-p3(8), EXAMPLES).
             cmds += ('filter add dev eth0 parent %s: protocol ip prio 1 u32 '
                      'match ip protocol 6 0xff match u16 0 0xff80 at 2 '
                      'classid %s:1\n' % (h, h))
