@@ -57,6 +57,9 @@ def diffs(snaps, path):
         return [None] * (len(snaps) - 1)
     return [value(b, path) - value(a, path) for a, b in zip(snaps, snaps[1:])]
 
+# The guest's CPU time that is not idle (worker.py, guest_cpu).
+GUEST_BUSY = ('user', 'system', 'softirq')
+
 
 def scaled(xs, factor):
     return [None if x is None else x * factor for x in xs]
@@ -85,9 +88,13 @@ def step_rows(r):
     cols = {'retrans': both('net', 'Tcp.RetransSegs'),
             'timeouts': both('net', 'TcpExt.TCPTimeouts'),
             'spurious': both('net', 'TcpExt.TCPSpuriousRTOs'),
+            'probes': both('net', 'TcpExt.TCPLossProbes'),
             'rto_s': scaled(both('tcp_rto', 'rto_ms'), 1e-3),
             'tcp_busy': scaled(both('tcp_rto', 'busy_us'), 1e-6),
             'guest_idle': diffs(snaps[0], ('guest', 'idle')),
+            'guest_busy': [None if None in x else sum(x) for x in
+                           zip(*(diffs(snaps[0], ('guest', k))
+                                 for k in GUEST_BUSY))],
             'rerequests': both('stats', 'rerequests'),
             'bytes_lost': both('stats', 'bytes_lost'),
             'limit': both('qdisc', 'drops_limit'),
@@ -124,11 +131,27 @@ def run_text(r, rows):
             pair(w.get('idle_s')), count(w['retrans']), count(w['timeouts']),
             count(w['spurious']), count(w['rto_s'], '%.1f'),
             *(count(w[k]) for k in ('rerequests', 'bytes_lost', 'limit', 'deadline'))))
+    out.append(totals_text(rows))
     drops = band_drops(r)
     if drops:
         out.append('\nqdisc drops by band over the run, both hosts: ' + ', '.join(
             'band %d: %d' % (b, n) for b, n in enumerate(drops) if n))
     return '\n'.join(out)
+
+
+def totals_text(rows):
+    """The run's TCP recovery and the guest's CPU, summed over its steps.
+    A timeout found spurious fired while the segment was still queued
+    behind more urgent packets, not lost; a tail loss probe is TCP's
+    cheaper attempt before a timeout."""
+    def total(key):
+        xs = [w[key] for w in rows]
+        return None if None in xs else sum(xs)
+    return ('\nover the run, both hosts: %s TCP timeouts, %s found spurious, '
+            '%s tail loss probes, %s segments sent again; guest CPU %s s a '
+            'step' % (*(count(total(k)) for k in ('timeouts', 'spurious',
+                                                  'probes', 'retrans')),
+                      count(mean_of(rows, lambda w: w['guest_busy']), '%.1f')))
 
 
 def band_drops(r):
