@@ -6,6 +6,8 @@
 # Markdown table of docs/benchmarks.md.  Usage:
 #   bench/accuracy/run.sh [--epochs N] [--seeds K] [--only dense,slimdp]
 #   bench/accuracy/run.sh --vm [--epochs N]     through sch_p3, in the VM
+#   bench/accuracy/run.sh --vm --bursts [--epochs N]
+#                                     the same, beside microbursts
 # --seeds K runs every case with the example's --seed 0..K-1 (its split,
 # initial weights and shuffles) and reports the mean accuracy, its range,
 # and each case's difference from dense seed by seed.
@@ -13,20 +15,26 @@
 # chunks left out at the sender): loopback loses nothing by itself.
 # With --vm the losses are real: the qdisc's deadline drops and netem
 # (bench/accuracy/vm.py, one boot of kernel 6.12, about 10 minutes).
+# --bursts runs dense and bounded loss (10% tolerated) beside bursts at
+# the job's most urgent level instead (vm.py --pressure burst).
 set -euo pipefail
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 cd "$top"
-epochs=8 vm=0 seeds=1 only=
-usage="usage: $0 [--vm] [--epochs N] [--seeds K] [--only dense,dlcp,slimdp]"
+epochs=8 vm=0 seeds=1 only= pressure=none
+usage="usage: $0 [--vm [--bursts]] [--epochs N] [--seeds K] [--only dense,dlcp,slimdp]"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--epochs) epochs=${2:?}; shift 2 ;;
 	--seeds) seeds=${2:?}; shift 2 ;;
 	--only) only=${2:?}; shift 2 ;;
 	--vm) vm=1; shift ;;
+	--bursts) pressure=burst; shift ;;
 	*) echo "$usage" >&2; exit 2 ;;
 	esac
 done
+if [ $pressure = burst ] && [ $vm -eq 0 ]; then
+	echo "$0: --bursts needs --vm (bursts need the qdisc)" >&2; exit 2
+fi
 case $seeds in
 ''|*[!0-9]*|0) echo "$0: --seeds takes a count from 1, not '$seeds'" >&2; exit 2 ;;
 esac
@@ -34,7 +42,8 @@ make --no-print-directory userlib >/dev/null
 if [ $vm -eq 1 ]; then
 	make --no-print-directory module tc >/dev/null
 	exec selftests/vm-run --kernel 6.12 --timeout 3600 -- \
-		/usr/bin/python3 bench/accuracy/vm.py --epochs "$epochs"
+		/usr/bin/python3 bench/accuracy/vm.py --epochs "$epochs" \
+		--pressure "$pressure"
 fi
 # key|name|arguments
 cases=(

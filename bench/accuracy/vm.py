@@ -15,11 +15,20 @@ deadline.  Cases, all in one boot:
                         child): reliable TCP retransmits, datagrams are lost
   Slim-DP               sparsify='slimdp', reliable
 
+With --pressure burst, the cases are instead dense and bounded loss (at
+--burst-tolerance) beside microbursts at the job's most urgent level, as
+in bench/torch's burst pressure: each host sends the other, every
+--burst-every seconds (+-50%), a burst of as many packets as the qdisc
+holds (limit 1000), which pushes out what of the job is queued in a less
+urgent band.  The bursts' own count and bytes are printed too.
+
 Prints the Markdown table of docs/benchmarks.md, with the qdisc's own
 drop counters (deadline and total) summed over both hosts.  Run by
 bench/accuracy/run.sh --vm (which boots the VM); inside it:
 
   bench/accuracy/vm.py [--epochs N] [--rate R] [--qdeadline US] [--loss L]
+                       [--pressure burst [--burst-every S]
+                        [--burst-tolerance F]]
 """
 import argparse
 import os
@@ -31,11 +40,15 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(TOP, "selftests"))
 
 import p3lib  # noqa: E402
-from p3lib import RDEV, RCV, SADDR, SDEV, SND  # noqa: E402
+from p3lib import RADDR, RDEV, RCV, SADDR, SDEV, SND  # noqa: E402
 
-# The selftests' two hosts (p3lib.topology()); rank 0 on the first.
+# The selftests' two hosts (p3lib.topology()); rank 0 on the first,
+# each with its peer's address.
 HOSTS = ((SND, SDEV), (RCV, RDEV))
+PEER = {SND: RADDR, RCV: SADDR}
 TOLERANT = range(2, 17, 2)      # class minors of bands 1, 3, .., 15
+PRESSURE = os.path.join(TOP, "bench", "torch", "pressure.py")
+BURST_LIMIT = 1000              # the qdisc's limit beside bursts, and a burst
 
 
 def sh(cmd, ns=None, **kw):
@@ -46,6 +59,9 @@ def sh(cmd, ns=None, **kw):
 
 def shape(args, netem):
     """p3 at the root, or under netem; deadlines on the tolerant bands."""
+    p3 = f"p3 bands 17 rate {args.rate}"
+    if args.pressure == "burst":
+        p3 += f" limit {BURST_LIMIT}"
     for ns, dev in HOSTS:
         subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del",
                         "dev", dev, "root"], stderr=subprocess.DEVNULL)
@@ -54,11 +70,9 @@ def shape(args, netem):
             lines.append(f"qdisc add dev {dev} root handle 1: netem loss "
                          f"{args.loss}%")
             h = "2"
-            lines.append(f"qdisc add dev {dev} parent 1:1 handle 2: p3 "
-                         f"bands 17 rate {args.rate}")
+            lines.append(f"qdisc add dev {dev} parent 1:1 handle 2: {p3}")
         else:
-            lines.append(f"qdisc add dev {dev} root handle 1: p3 bands 17 "
-                         f"rate {args.rate}")
+            lines.append(f"qdisc add dev {dev} root handle 1: {p3}")
         lines += [f"class change dev {dev} classid {h}:{k:x} p3 deadline "
                   f"{args.qdeadline}us" for k in TOLERANT]
         sh(["tc", "-batch", "-"], ns, input="\n".join(lines) + "\n")
@@ -94,6 +108,37 @@ def train(args, extra):
     return outs[0]
 
 
+def start_bursts(args):
+    """Each host's sink, then its bursts to the other host at level 0;
+    the processes, to stop_bursts()."""
+    run = lambda ns, *what: subprocess.Popen(
+        ["ip", "netns", "exec", ns, "/usr/bin/python3", PRESSURE, *what],
+        stdout=subprocess.PIPE, text=True)
+    sinks = [run(ns, "sink") for ns, _ in HOSTS]
+    time.sleep(2)       # bound before the first burst can come
+    senders = [run(ns, "bursts", PEER[ns], "--pkts", str(BURST_LIMIT),
+                   "--every", str(args.burst_every), "--level", "0",
+                   "--seed", str(11 + i))
+               for i, (ns, _) in enumerate(HOSTS)]
+    return sinks, senders
+
+
+def stop_bursts(procs):
+    """Stops them all; the bursts sent and their bytes, both hosts."""
+    sinks, senders = procs
+    bursts = sent = 0
+    for p in senders + sinks:
+        p.terminate()
+    for p in senders:
+        out = p.communicate(timeout=60)[0].split()
+        if p.returncode or out[:1] != ["bursts"]:
+            sys.exit(f"vm.py: a burst sender failed ({p.returncode})")
+        bursts, sent = bursts + int(out[1]), sent + int(out[3])
+    for p in sinks:
+        p.wait(timeout=60)
+    return bursts, sent
+
+
 def parse(out, epochs):
     acc = per = lost = asked = None
     for ln in out.splitlines():
@@ -120,8 +165,16 @@ def main():
     ap.add_argument("--tolerance", default="0.01",
                     help="loss_tolerance of the bounded cases")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--pressure", choices=("none", "burst"), default="none")
+    ap.add_argument("--burst-every", type=float, default=4.0,
+                    help="mean seconds between a host's bursts")
+    ap.add_argument("--burst-tolerance", default="0.1",
+                    help="loss_tolerance of the bounded case beside bursts")
     args = ap.parse_args()
     bounded = ["--loss-tolerance", args.tolerance]
+    if args.pressure == "burst":
+        burst_cases(args)
+        return
     cases = [
         ("dense", False, []),
         (f"bounded loss ({args.tolerance}), deadline drops", False, bounded),
@@ -131,8 +184,7 @@ def main():
         ("Slim-DP (keep 0.1, explore 0.02)", False,
          ["--sparsify", "slimdp"]),
     ]
-    subprocess.run(["modprobe", "sch_p3"], check=True)
-    p3lib.topology(ipv6=False)
+    setup()
     print(f"| {args.epochs} epochs, VM, p3 bands 17 rate {args.rate}, "
           f"deadline {args.qdeadline} µs on bands 1, 3, .., 15 | test accuracy | "
           "gradient bytes per iteration (all ranks) | bytes lost | "
@@ -143,14 +195,56 @@ def main():
         t0 = time.monotonic()
         print(f"vm.py: {name} ...", file=sys.stderr, flush=True)
         acc, per, lost, asked = parse(train(args, extra), args.epochs)
-        dl = dr = 0
-        for ns, dev in HOSTS:
-            a, b = p3_drops(ns, dev)
-            dl, dr = dl + a, dr + b
+        dl, dr = all_drops()
         print(f"vm.py: {name}: {acc}% in {time.monotonic() - t0:.0f} s",
               file=sys.stderr, flush=True)
         print(f"| {name} | {acc}% | {per} | {lost} | {asked} | {dl} | {dr} |",
               flush=True)
+    p3lib.teardown()
+
+
+def setup():
+    subprocess.run(["modprobe", "sch_p3"], check=True)
+    p3lib.topology(ipv6=False)
+
+
+def all_drops():
+    """p3_drops() summed over both hosts."""
+    dl = dr = 0
+    for ns, dev in HOSTS:
+        a, b = p3_drops(ns, dev)
+        dl, dr = dl + a, dr + b
+    return dl, dr
+
+
+def burst_cases(args):
+    """Dense and bounded loss beside the bursts, one table."""
+    setup()
+    print(f"| {args.epochs} epochs, VM, p3 bands 17 rate {args.rate} limit "
+          f"{BURST_LIMIT}, deadline {args.qdeadline} µs on bands 1, 3, .., "
+          f"15, bursts at level 0 every {args.burst_every:g} s | test "
+          "accuracy | gradient bytes per iteration (all ranks) | bytes lost "
+          "| rerequests | p3 deadline drops | p3 drops | bursts | time (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, extra in (
+            ("dense, bursts", []),
+            (f"bounded loss ({args.burst_tolerance}), bursts",
+             ["--loss-tolerance", args.burst_tolerance])):
+        shape(args, False)
+        print(f"vm.py: {name} ...", file=sys.stderr, flush=True)
+        procs = start_bursts(args)
+        t0 = time.monotonic()
+        try:
+            out = train(args, extra)
+        finally:
+            took = time.monotonic() - t0
+            bursts, _ = stop_bursts(procs)
+        acc, per, lost, asked = parse(out, args.epochs)
+        dl, dr = all_drops()
+        print(f"vm.py: {name}: {acc}% in {took:.0f} s", file=sys.stderr,
+              flush=True)
+        print(f"| {name} | {acc}% | {per} | {lost} | {asked} | {dl} | {dr} "
+              f"| {bursts} | {took:.0f} |", flush=True)
     p3lib.teardown()
 
 

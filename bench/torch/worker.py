@@ -59,12 +59,11 @@ sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
 from model import VGGSmall, describe  # noqa: E402
+from pressure import Bulk, Bursts, sink  # noqa: E402
 from sampler import Sampler  # noqa: E402
 import rtotrace  # noqa: E402
 from tcpdiag import rto_totals  # noqa: E402
 
-BULK_PORT = 5301
-BURST_PORT = 5302
 QLIMIT = 1000
 P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
 PROFILED = ('MainThread', 'p3.torch reducer', 'p3.torch pusher')
@@ -198,100 +197,6 @@ def record_exchange(opt):
         return _inner(q, m, it, pull)
     ex.gradient, ex._send = gradient, send
     return events
-
-
-class Bulk:
-    """An upload that never ends: one untagged TCP flow to the peer."""
-
-    def __init__(self, peer):
-        self.stop = threading.Event()
-        self.sent = 0
-        self.sock = socket.create_connection((peer, BULK_PORT), timeout=30)
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name='bulk upload')
-        self.thread.start()
-
-    def _run(self):
-        chunk = b'\0' * (1 << 16)
-        try:
-            while not self.stop.is_set():
-                self.sent += self.sock.send(chunk)
-        except OSError:
-            pass
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
-        self.thread.join(10)
-
-
-class Bursts:
-    """Microbursts that fill the queue, from a co-located sender.
-
-    64 KB datagrams, each leaving as 45 IP fragments (each a packet in the
-    qdisc): a burst of 1,000 packets takes 23 system calls, cheap enough
-    for an emulated CPU, and the send buffer is forced big enough that a
-    burst reaches the qdisc whole, at once."""
-    DGRAM = 65507
-
-    def __init__(self, peer, pkts, every, level, seed):
-        import random
-        self.rng = random.Random(seed)
-        self.stop = threading.Event()
-        self.sent = 0
-        self.bursts = 0
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, 32, 16 << 20)  # SNDBUFFORCE
-        if level >= 0:
-            p3.tag(self.sock, level)
-        self.sock.connect((peer, BURST_PORT))
-        self.sock.setblocking(False)
-        self.n = -(-pkts * 1480 // self.DGRAM)     # 1480: fragment payload
-        self.every = every
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name='bursts')
-        self.thread.start()
-
-    def _run(self):
-        data = b'\0' * self.DGRAM
-        while not self.stop.wait(self.every * self.rng.uniform(0.5, 1.5)):
-            self.bursts += 1
-            for _ in range(self.n):
-                try:
-                    self.sent += self.sock.send(data)
-                except OSError:     # the qdisc dropped it, or the buffer's full
-                    pass
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(10)
-        self.sock.close()
-
-
-def sink():
-    """Accept the peer's uploads and bursts and discard them, for the whole
-    run."""
-    srv = socket.create_server(('0.0.0.0', BULK_PORT), reuse_port=True)
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    udp.bind(('0.0.0.0', BURST_PORT))
-
-    def drain_udp():
-        while udp.recv(1 << 16):
-            pass
-    threading.Thread(target=drain_udp, daemon=True, name='sink').start()
-
-    def drain(c):
-        with c:
-            while c.recv(1 << 20):
-                pass
-
-    def serve():
-        while True:
-            c, _ = srv.accept()
-            threading.Thread(target=drain, args=(c,), daemon=True,
-                             name='sink').start()
-    threading.Thread(target=serve, daemon=True, name='sink').start()
 
 
 def thread_usage():
