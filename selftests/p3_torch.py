@@ -26,13 +26,17 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
   - bench/torch's trace of TCP's retransmission timers (rtotrace.py)
     sees a lossy connection's timers fire, a backed-off timer after
     twice TCP's least timeout (200 ms) at least, and removes its probes
-    after.
+    after;
+  - bench/torch's co-located bursts (pressure.py) reach the qdisc whole
+    and at the level asked: every datagram of every burst, as its 45 IP
+    fragments, in band 0, and nothing of them elsewhere.
 
 Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -148,6 +152,48 @@ def timer_trace(tap):
                f"left: {left.strip() or 'none'}")
 
 
+def bursts(tap):
+    """pressure.py bursts at level 0 for a few seconds through an
+    unshaped p3 that holds them all: band 0 must count each burst's
+    datagrams (ceil(pkts * 1480 / 65507)), each as 45 fragments, and
+    their payload to the byte the sender reports."""
+    pkts, dgram, frags = 200, 65507, 45
+    per_burst = -(-pkts * 1480 // dgram)
+    tool = os.path.join(TOP, "bench", "torch", "pressure.py")
+    env = f"P3_LIB={os.path.join(TOP, 'build', 'userlib', 'libp3.so')}"
+    p3lib.topology(ipv6=False)
+    p3lib.no_ipv6()
+    try:
+        p3lib.tc(f"qdisc add dev {p3lib.SDEV} root p3 bands 8 limit 10000",
+                 ns=p3lib.SND)
+        sink = subprocess.Popen(
+            f"ip netns exec {p3lib.RCV} env {env} /usr/bin/python3 {tool} "
+            "sink", shell=True)
+        time.sleep(2)
+        # timeout exits 124 after its TERM, which the sender answers
+        # with its count.
+        out = p3lib.sh(f"env {env} timeout -s TERM 8 /usr/bin/python3 {tool}"
+                       f" bursts {p3lib.RADDR} --pkts {pkts} --every 0.5 "
+                       "--level 0 --seed 1", ns=p3lib.SND, check=False).split()
+        sink.terminate()
+        sink.wait(30)
+        b = p3lib.class_stats()
+        n, sent = int(out[1]), int(out[3])
+        want = n * per_burst * frags
+        got = b.get(0, {}).get("pkts", 0)
+        others = {k: v["pkts"] for k, v in b.items() if k and v["pkts"]}
+        ok = (n >= 3 and sent == n * per_burst * dgram and got == want
+              and not others)
+        detail = (f"{n} bursts, {sent} bytes sent; band 0 {got} packets "
+                  f"(want {want}); other bands {others or 'none'}")
+    except Exception as e:  # a crashed sender is a failed test
+        ok, detail = False, repr(e)
+    finally:
+        p3lib.teardown()
+    tap.result(ok, "bench/torch's bursts reach the qdisc whole, at their "
+               "level", detail)
+
+
 def interleaved(tap, stats, levels):
     """Bounded loss: levels 0..levels-1 on the even bands, their
     datagrams on the odd band after each.  The qdisc counts packets and
@@ -190,6 +236,7 @@ def main():
     tap = p3lib.Tap(args.prefix)
     klog = p3lib.KernelLog()
     timer_trace(tap)
+    bursts(tap)
     r, stats, took, err = train("p3kernel", args.iters)
     job_ends(tap, "schedule p3", r, args.iters, took, err)
     snapshots(tap, r, args.iters)
