@@ -19,8 +19,9 @@ With --pressure burst, the cases are instead dense and bounded loss (at
 --burst-tolerance) beside microbursts at the job's most urgent level, as
 in bench/torch's burst pressure: each host sends the other, every
 --burst-every seconds (+-50%), a burst of as many packets as the qdisc
-holds (limit 1000), which pushes out what of the job is queued in a less
-urgent band.  The bursts' own count and bytes are printed too.
+holds (limit 1000), which holds the job's less urgent bands for the
+burst's link time and, if it arrives whole, pushes out what of the job
+is queued there.  The bursts met are counted in the table too.
 
 Prints the Markdown table of docs/benchmarks.md, with the qdisc's own
 drop counters (deadline and total) summed over both hosts.  Run by
