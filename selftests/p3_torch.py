@@ -170,6 +170,7 @@ def bursts(tap):
     env = f"P3_LIB={os.path.join(TOP, 'build', 'userlib', 'libp3.so')}"
     p3lib.topology(ipv6=False)
     p3lib.no_ipv6()
+    sink = None
     try:
         p3lib.tc(f"qdisc add dev {p3lib.SDEV} root p3 bands 8 limit 10000",
                  ns=p3lib.SND)
@@ -182,8 +183,6 @@ def bursts(tap):
         out = p3lib.sh(f"env {env} timeout -s TERM 8 /usr/bin/python3 {tool}"
                        f" bursts {p3lib.RADDR} --pkts {pkts} --every 0.5 "
                        "--level 0 --seed 1", ns=p3lib.SND, check=False).split()
-        sink.terminate()
-        sink.wait(30)
         b = p3lib.class_stats()
         n, sent = int(out[1]), int(out[3])
         want = n * per_burst * frags
@@ -196,6 +195,10 @@ def bursts(tap):
     except Exception as e:  # a crashed sender is a failed test
         ok, detail = False, repr(e)
     finally:
+        # Deleting its namespace would not end the sink.
+        if sink:
+            sink.terminate()
+            sink.wait(30)
         p3lib.teardown()
     tap.result(ok, "bench/torch's bursts reach the qdisc whole, at their "
                "level", detail)

@@ -141,9 +141,9 @@ def run_text(r, rows):
 
 def totals_text(rows):
     """The run's TCP recovery and the guest's CPU, summed over its steps.
-    A timeout found spurious fired while the segment was still queued
-    behind more urgent packets, not lost; a tail loss probe is TCP's
-    cheaper attempt before a timeout."""
+    A timeout found spurious fired on a segment that was delayed, not
+    lost; a tail loss probe is TCP's cheaper attempt before a
+    timeout."""
     def total(key):
         xs = [w[key] for w in rows]
         return None if None in xs else sum(xs)
