@@ -143,6 +143,10 @@ struct p3_sched_data {
 	 * must send, expired or not: the parent charged its length.
 	 */
 	struct sk_buff		*peeked;
+	/* A packet that found the qdisc empty, held outside the flow table
+	 * (p3_hold_lone()); while it is set it is the only packet here.
+	 */
+	struct sk_buff		*lone;
 	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
 	struct p3_config	cfg;
@@ -847,6 +851,43 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 	return NET_XMIT_CN;
 }
 
+/*
+ * Holds @skb, of @band, which found the qdisc empty: it is the next to
+ * leave whatever its flow, so it needs no flow, DRR turn or size class,
+ * only its band.  Most packets on a link that keeps up come this way,
+ * and skipping the flow table here saves them about a quarter of p3's
+ * cost (bench/overhead/run.sh --icount).  Its band's queue counters are
+ * left alone; p3_dump_class_stats() adds it there.
+ */
+static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	*p3_cb(skb) = (struct p3_skb_cb) { .band = band };
+	q->lone = skb;
+	sch->q.qlen++;
+	qdisc_qstats_backlog_inc(sch, skb);
+	return NET_XMIT_SUCCESS;
+}
+
+/*
+ * Files the lone packet under its flow, as if it had been enqueued the
+ * usual way, before a second packet comes in: from then on the two are
+ * ordered by band and flow like any others.  Returns false, with the
+ * packet still held, if its flow cannot be allocated.
+ */
+static bool p3_file_lone(struct p3_sched_data *q)
+{
+	struct sk_buff *skb = q->lone;
+	struct p3_flow *flow = p3_flow_lookup(q, p3_flow_key(skb));
+
+	if (unlikely(!flow))
+		return false;
+	q->lone = NULL;
+	p3_flow_push(q, flow, skb, p3_cb(skb)->band);
+	return true;
+}
+
 static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 		      struct sk_buff **to_free)
 {
@@ -862,7 +903,19 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 		return -band;
 	}
 
-	flow = p3_flow_lookup(q, p3_flow_key(skb));
+	/* A packet of a band with a deadline needs its time stamp and
+	 * expiry check: it takes the usual way.
+	 */
+	if (!sch->q.qlen && !(q->tolerant & BIT_ULL(band)) &&
+	    !p3_overlimit(sch, 1, skb->truesize))
+		return p3_hold_lone(skb, sch, band);
+
+	/* The lone packet first: a lookup may recycle an idle flow, and
+	 * must not take the one just found for @skb.
+	 */
+	flow = NULL;
+	if (likely(!q->lone || p3_file_lone(q)))
+		flow = p3_flow_lookup(q, p3_flow_key(skb));
 	if (unlikely(!flow)) {
 		q->stats.drops_alloc++;
 		q->bands[band].qstats.drops++;
@@ -1016,24 +1069,32 @@ static __always_inline struct p3_flow *p3_next_flow(struct Qdisc *sch)
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow = p3_next_flow(sch);
+	struct p3_flow *flow;
 	struct sk_buff *skb;
-	struct p3_band *b;
 	u8 band;
 
-	if (!flow)
-		return NULL;
-
-	band = flow->band;
-	b = &q->bands[band];
-	/* band < last_band <= 63, so the shift stays below 64. */
-	if (band < q->last_band && (q->active >> (band + 1)))
-		q->stats.preemptions++;
+	skb = q->lone;
+	if (skb) {
+		if (!p3_pacer_allows(q, qdisc_pkt_len(skb)))
+			return NULL;
+		q->lone = NULL;
+		q->peeked = NULL;
+		sch->q.qlen--;
+		qdisc_qstats_backlog_dec(sch, skb);
+		band = p3_cb(skb)->band;
+	} else {
+		flow = p3_next_flow(sch);
+		if (!flow)
+			return NULL;
+		band = flow->band;
+		/* band < last_band <= 63, so the shift stays below 64. */
+		if (band < q->last_band && (q->active >> (band + 1)))
+			q->stats.preemptions++;
+		skb = p3_flow_pop(sch, flow);
+		flow->deficit -= qdisc_pkt_len(skb);
+	}
 	q->last_band = band;
-
-	skb = p3_flow_pop(sch, flow);
-	flow->deficit -= qdisc_pkt_len(skb);
-	_bstats_update(&b->bstats, qdisc_pkt_len(skb), 1);
+	_bstats_update(&q->bands[band].bstats, qdisc_pkt_len(skb), 1);
 	qdisc_bstats_update(sch, skb);
 	p3_pacer_charge(q, qdisc_pkt_len(skb));
 	return skb;
@@ -1049,8 +1110,14 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 static struct sk_buff *p3_peek(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow = p3_next_flow(sch);
+	struct p3_flow *flow;
 
+	if (q->lone) {
+		q->peeked = p3_pacer_allows(q, qdisc_pkt_len(q->lone)) ?
+			    q->lone : NULL;
+		return q->peeked;
+	}
+	flow = p3_next_flow(sch);
 	q->peeked = flow ? flow->head : NULL;
 	return q->peeked;
 }
@@ -1073,6 +1140,12 @@ static void p3_purge(struct Qdisc *sch)
 					 band_node)
 			while (flow->qlen)
 				p3_free_skb(p3_flow_pop(sch, flow));
+	}
+	if (q->lone) {
+		sch->q.qlen--;
+		qdisc_qstats_backlog_dec(sch, q->lone);
+		p3_free_skb(q->lone);
+		q->lone = NULL;
 	}
 	p3_gc_all(q);
 	q->paid_until = 0;
@@ -1208,6 +1281,8 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 	struct p3_flow *flow, *tmp;
 	unsigned int i;
 
+	if (q->lone && p3_cb(q->lone)->band >= bands)
+		p3_cb(q->lone)->band = bands - 1;
 	for (i = bands; i < P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
@@ -1245,7 +1320,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 		 */
 		q->paid_until = 0;
 		q->paced_max_len = 0;
-		if (q->active)
+		if (sch->q.qlen)
 			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
 	}
 	q->cfg = *cfg;
@@ -1514,6 +1589,11 @@ static int p3_dump_class_stats(struct Qdisc *sch, unsigned long cl,
 
 	sch_tree_lock(sch);
 	qs = b->qstats;
+	/* The lone packet is in no band's counters (p3_hold_lone()). */
+	if (q->lone && p3_cb(q->lone)->band == cl - 1) {
+		qs.qlen++;
+		qs.backlog += qdisc_pkt_len(q->lone);
+	}
 	sch_tree_unlock(sch);
 	if (gnet_stats_copy_basic(d, NULL, &b->bstats, true) < 0 ||
 	    gnet_stats_copy_queue(d, NULL, &qs, qs.qlen) < 0)

@@ -478,7 +478,10 @@ def test_flow_alloc(k, chk):
     """Flow creation fails at random (p3_flow cache only) while forwarded
     flows and local sockets send: each failure is one counted drop."""
     router()
-    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8")
+    # Paced far below the spray, so that packets queue and need a flow:
+    # one that finds p3 empty leaves without (p3_hold_lone()).
+    tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 rate 100kbit "
+       "limit 100")
     time.sleep(2.5)
     base = slab_objects()
     q0 = k.nl.p3_at(k.ifindex, 0x10000)

@@ -548,7 +548,9 @@ def test_gc_100k_flows(chk):
     lock while it runs)."""
     router()
     no_ipv6()
-    p3_root("")
+    # Paced far below the spray, so that packets queue: a packet that
+    # finds p3 empty leaves without a flow (p3_hold_lone()).
+    p3_root("rate 1mbit limit 100")
     base = slab_objects()
     x0 = qdisc_json()["xstats"]
     # In C and in well under a second, so that the flows turn stale
