@@ -337,10 +337,11 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 /* ------------------------------------------------------------------ */
 
 /*
- * The helpers every packet goes through (p3_size_refile(), p3_flow_push(),
- * p3_flow_pop() and p3_next_flow()) are __always_inline: gcc kept them
- * out of line, and the calls cost about 20 instructions a packet, counted
- * by bench/overhead/run.sh --icount.  What only overflow, filters or VLAN
+ * The helpers every queued packet goes through (p3_flow_lookup(),
+ * p3_size_refile(), p3_flow_push(), p3_flow_pop() and p3_next_flow())
+ * are __always_inline: gcc kept them out of line, and the calls cost
+ * about 20 instructions a packet, counted by bench/overhead/run.sh
+ * --icount.  What only overflow, filters or VLAN
  * tags need is noinline instead, so that the common path carries neither
  * its code nor the stack protector's canary.
  */
@@ -531,8 +532,8 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 /* Finds or creates the flow of @key.  An idle flow found here keeps its
  * deficit however long it was idle, until it is reused or freed.
  */
-static struct p3_flow *p3_flow_lookup(struct p3_sched_data *q,
-				      unsigned long key)
+static __always_inline struct p3_flow *
+p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
 {
 	struct hlist_head *bucket;
 	struct p3_flow *flow;
