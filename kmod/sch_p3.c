@@ -886,6 +886,10 @@ static bool p3_file_lone(struct p3_sched_data *q)
 		return false;
 	q->lone = NULL;
 	p3_flow_push(q, flow, skb, p3_cb(skb)->band);
+	/* Its band had no deadline when it came (p3_enqueue()), whatever
+	 * it has now: it stays reliable, as a queued packet would.
+	 */
+	p3_cb(skb)->tolerant = 0;
 	return true;
 }
 
