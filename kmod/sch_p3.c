@@ -595,7 +595,8 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
 }
 
 /*
- * Appends @skb of band @band to @flow.  The flow's band is the minimum
+ * Appends @skb of band @band to @flow, loss-tolerant if @tolerant (its
+ * band had a deadline when it came).  The flow's band is the minimum
  * band of its packets.  To know that minimum again after the head leaves
  * in O(1), the flow keeps a deque of the packets that are strictly more
  * urgent than every packet queued behind them (a monotone queue): a new
@@ -605,7 +606,8 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
  */
 static __always_inline void p3_flow_push(struct p3_sched_data *q,
 					 struct p3_flow *flow,
-					 struct sk_buff *skb, u8 band)
+					 struct sk_buff *skb, u8 band,
+					 bool tolerant)
 {
 	struct p3_skb_cb *cb = p3_cb(skb);
 	u32 len = qdisc_pkt_len(skb);
@@ -619,7 +621,7 @@ static __always_inline void p3_flow_push(struct p3_sched_data *q,
 		.min_prev = flow->min_tail,
 		.band = band,
 	};
-	if (q->tolerant & BIT_ULL(band)) {
+	if (tolerant) {
 		cb->tolerant = 1;
 		cb->stamp = p3_stamp_now();
 	}
@@ -785,7 +787,9 @@ static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
 		     struct sk_buff *skb, u8 band)
 {
-	p3_flow_push(qdisc_priv(sch), flow, skb, band);
+	struct p3_sched_data *q = qdisc_priv(sch);
+
+	p3_flow_push(q, flow, skb, band, q->tolerant & BIT_ULL(band));
 	sch->q.qlen++;
 	qdisc_qstats_backlog_inc(sch, skb);
 }
@@ -854,11 +858,10 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 
 /*
  * Holds @skb, of @band, which found the qdisc empty: it is the next to
- * leave whatever its flow, so it needs no flow, DRR turn or size class,
- * only its band.  Most packets on a link that keeps up come this way,
- * and skipping the flow table here saves them about a quarter of p3's
- * cost (bench/overhead/run.sh --icount).  Its band's queue counters are
- * left alone; p3_dump_class_stats() adds it there.
+ * leave whatever its flow, so it needs no flow, DRR turn (nor deficit)
+ * or size class, only its band.  Most packets on a link that keeps up
+ * come this way.  Its band's queue counters are left alone;
+ * p3_dump_class_stats() adds it there.
  */
 static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 {
@@ -871,26 +874,80 @@ static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 	return NET_XMIT_SUCCESS;
 }
 
+/* Takes the lone packet out, with the qdisc's backlog. */
+static struct sk_buff *p3_take_lone(struct Qdisc *sch)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct sk_buff *skb = q->lone;
+
+	q->lone = NULL;
+	sch->q.qlen--;
+	qdisc_qstats_backlog_dec(sch, skb);
+	return skb;
+}
+
+/* May @skb, of @band, be the lone packet, once p3 holds nothing else?
+ * Not if its band has a deadline (it needs its time stamp and expiry
+ * check), nor if it alone breaks the memory cap (the usual way drops it
+ * and counts why).  One packet never breaks the packet limit, and the
+ * lone packet is not in memory_usage.
+ */
+static bool p3_may_hold(struct p3_sched_data *q, struct sk_buff *skb,
+			u8 band)
+{
+	return !(q->tolerant & BIT_ULL(band)) &&
+	       !(q->cfg.memory && skb->truesize > q->cfg.memory);
+}
+
 /*
  * Files the lone packet under its flow, as if it had been enqueued the
- * usual way, before a second packet comes in: from then on the two are
- * ordered by band and flow like any others.  Returns false, with the
- * packet still held, if its flow cannot be allocated.
+ * usual way, while a second packet is being enqueued: from then on the
+ * two are ordered by band and flow like any others.  Returns false, with
+ * the packet still held, if its flow cannot be allocated.  Out of line:
+ * only the first packet to wait comes here.
  */
-static bool p3_file_lone(struct p3_sched_data *q)
+static noinline bool p3_file_lone(struct p3_sched_data *q)
 {
 	struct sk_buff *skb = q->lone;
-	struct p3_flow *flow = p3_flow_lookup(q, p3_flow_key(skb));
+	struct p3_flow *flow;
 
+	flow = p3_flow_lookup(q, p3_flow_key(skb));
 	if (unlikely(!flow))
 		return false;
 	q->lone = NULL;
-	p3_flow_push(q, flow, skb, p3_cb(skb)->band);
-	/* Its band had no deadline when it came (p3_enqueue()), whatever
-	 * it has now: it stays reliable, as a queued packet would.
-	 */
-	p3_cb(skb)->tolerant = 0;
+	/* Its band had no deadline when it came, whatever it has now. */
+	p3_flow_push(q, flow, skb, p3_cb(skb)->band, false);
 	return true;
+}
+
+/*
+ * The lone packet's flow could not be allocated as @skb, of @band, came:
+ * one of the two is dropped, as overflow would choose (never the more
+ * urgent), and counted in drops_alloc.  Returns what p3_enqueue()
+ * returns.
+ */
+static noinline int p3_enqueue_no_flow(struct sk_buff *skb,
+				       struct Qdisc *sch, u8 band,
+				       struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct sk_buff *lone = q->lone;
+	u32 lone_len = qdisc_pkt_len(lone);
+	u8 lone_band = p3_cb(lone)->band;
+
+	q->stats.drops_alloc++;
+	if (band >= lone_band || !p3_may_hold(q, skb, band)) {
+		q->bands[band].qstats.drops++;
+		return qdisc_drop(skb, sch, to_free);
+	}
+	q->bands[lone_band].qstats.drops++;
+	qdisc_drop(p3_take_lone(sch), sch, to_free);
+	p3_hold_lone(skb, sch, band);
+	/* Only now, with @skb held: a parent told of the drop while this
+	 * qdisc looked empty would deactivate the class it is enqueueing to.
+	 */
+	qdisc_tree_reduce_backlog(sch, 1, lone_len);
+	return NET_XMIT_SUCCESS;
 }
 
 static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
@@ -908,19 +965,16 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 		return -band;
 	}
 
-	/* A packet of a band with a deadline needs its time stamp and
-	 * expiry check: it takes the usual way.
-	 */
-	if (!sch->q.qlen && !(q->tolerant & BIT_ULL(band)) &&
-	    !p3_overlimit(sch, 1, skb->truesize))
+	/* Alone, it leaves next whatever its flow. */
+	if (!sch->q.qlen && p3_may_hold(q, skb, band))
 		return p3_hold_lone(skb, sch, band);
-
 	/* The lone packet first: a lookup may recycle an idle flow, and
 	 * must not take the one just found for @skb.
 	 */
-	flow = NULL;
-	if (likely(!q->lone || p3_file_lone(q)))
-		flow = p3_flow_lookup(q, p3_flow_key(skb));
+	if (q->lone && unlikely(!p3_file_lone(q)))
+		return p3_enqueue_no_flow(skb, sch, band, to_free);
+
+	flow = p3_flow_lookup(q, p3_flow_key(skb));
 	if (unlikely(!flow)) {
 		q->stats.drops_alloc++;
 		q->bands[band].qstats.drops++;
@@ -1074,21 +1128,18 @@ static __always_inline struct p3_flow *p3_next_flow(struct Qdisc *sch)
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow;
 	struct sk_buff *skb;
 	u8 band;
 
-	skb = q->lone;
-	if (skb) {
-		if (!p3_pacer_allows(q, qdisc_pkt_len(skb)))
+	if (q->lone) {
+		if (!p3_pacer_allows(q, qdisc_pkt_len(q->lone)))
 			return NULL;
-		q->lone = NULL;
 		q->peeked = NULL;
-		sch->q.qlen--;
-		qdisc_qstats_backlog_dec(sch, skb);
+		skb = p3_take_lone(sch);
 		band = p3_cb(skb)->band;
 	} else {
-		flow = p3_next_flow(sch);
+		struct p3_flow *flow = p3_next_flow(sch);
+
 		if (!flow)
 			return NULL;
 		band = flow->band;
@@ -1146,12 +1197,8 @@ static void p3_purge(struct Qdisc *sch)
 			while (flow->qlen)
 				p3_free_skb(p3_flow_pop(sch, flow));
 	}
-	if (q->lone) {
-		sch->q.qlen--;
-		qdisc_qstats_backlog_dec(sch, q->lone);
-		p3_free_skb(q->lone);
-		q->lone = NULL;
-	}
+	if (q->lone)
+		p3_free_skb(p3_take_lone(sch));
 	p3_gc_all(q);
 	q->paid_until = 0;
 	q->paced_max_len = 0;
