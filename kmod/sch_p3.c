@@ -144,7 +144,7 @@ struct p3_sched_data {
 	 */
 	struct sk_buff		*peeked;
 	/* A packet that found the qdisc empty, held outside the flow table
-	 * (p3_hold_lone()); while it is set it is the only packet here.
+	 * (p3_hold_lone()); no flow holds packets while it is set.
 	 */
 	struct sk_buff		*lone;
 	u64			tolerant;	/* bit b: band b has a deadline */
@@ -341,9 +341,9 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
  * p3_size_refile(), p3_flow_push(), p3_flow_pop() and p3_next_flow())
  * are __always_inline: gcc kept them out of line, and the calls cost
  * about 20 instructions a packet, counted by bench/overhead/run.sh
- * --icount.  What only overflow, filters or VLAN
- * tags need is noinline instead, so that the common path carries neither
- * its code nor the stack protector's canary.
+ * --icount.  What only overflow, filters, VLAN tags or the first packet
+ * to wait need is noinline instead, so that the common path carries
+ * neither its code nor the stack protector's canary.
  */
 
 /*
