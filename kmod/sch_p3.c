@@ -922,9 +922,9 @@ static noinline bool p3_file_lone(struct p3_sched_data *q)
 
 /*
  * The lone packet's flow could not be allocated as @skb, of @band, came:
- * one of the two is dropped, as overflow would choose (never the more
- * urgent), and counted in drops_alloc.  Returns what p3_enqueue()
- * returns.
+ * the less urgent of the two is dropped (the arriving one if they are
+ * level), as overflow never costs the more urgent band, and counted in
+ * drops_alloc.  Returns what p3_enqueue() returns.
  */
 static noinline int p3_enqueue_no_flow(struct sk_buff *skb,
 				       struct Qdisc *sch, u8 band,
