@@ -549,10 +549,11 @@ def test_gc_100k_flows(chk):
     router()
     no_ipv6()
     # Paced far below the spray, so that packets queue: a packet that
-    # finds p3 empty leaves without a flow (p3_hold_lone()), and a
-    # sender that pauses for longer than the queue takes to drain lets
-    # it empty.  At limit 100 (85 ms) a CI rehearsal made 99,981 flows,
-    # against 99,998-100,000 before the lone packet; 1,000 take 0.85 s.
+    # finds p3 empty leaves without a flow (p3_hold_lone()).  p3 is
+    # empty only until the pacer's first 10 ms of credit is spent, about
+    # a dozen packets at 1 Mbit/s: 99,981-99,985 flows made in three
+    # runs, against 99,998-100,000 before the lone packet.  A queue of
+    # 1,000 takes 0.85 s to drain, should the sender pause.
     p3_root("rate 1mbit limit 1000")
     base = slab_objects()
     x0 = qdisc_json()["xstats"]
