@@ -874,29 +874,34 @@ static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 	return NET_XMIT_SUCCESS;
 }
 
-/* Takes the lone packet out, with the qdisc's backlog. */
+/* Takes the lone packet out, with the qdisc's backlog, as p3_flow_pop()
+ * takes a flow's head.
+ */
 static struct sk_buff *p3_take_lone(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct sk_buff *skb = q->lone;
 
 	q->lone = NULL;
+	if (skb == q->peeked)
+		q->peeked = NULL;
 	sch->q.qlen--;
 	qdisc_qstats_backlog_dec(sch, skb);
 	return skb;
 }
 
-/* May @skb, of @band, be the lone packet, once p3 holds nothing else?
- * Not if its band has a deadline (it needs its time stamp and expiry
- * check), nor if it alone breaks the memory cap (the usual way drops it
- * and counts why).  One packet never breaks the packet limit, and the
- * lone packet is not in memory_usage.
+/* May @skb, of @band, be the lone packet, in place of nothing or of the
+ * lone packet?  Not if its band has a deadline (it needs its time stamp
+ * and expiry check), nor if it breaks a limit alone (the usual way drops
+ * it and counts why): no packet is added to those held, and the lone
+ * packet is not in memory_usage.
  */
-static bool p3_may_hold(struct p3_sched_data *q, struct sk_buff *skb,
-			u8 band)
+static bool p3_may_hold(struct Qdisc *sch, struct sk_buff *skb, u8 band)
 {
+	struct p3_sched_data *q = qdisc_priv(sch);
+
 	return !(q->tolerant & BIT_ULL(band)) &&
-	       !(q->cfg.memory && skb->truesize > q->cfg.memory);
+	       !p3_overlimit(sch, 0, skb->truesize);
 }
 
 /*
@@ -936,7 +941,7 @@ static noinline int p3_enqueue_no_flow(struct sk_buff *skb,
 	u8 lone_band = p3_cb(lone)->band;
 
 	q->stats.drops_alloc++;
-	if (band >= lone_band || !p3_may_hold(q, skb, band)) {
+	if (band >= lone_band || !p3_may_hold(sch, skb, band)) {
 		q->bands[band].qstats.drops++;
 		return qdisc_drop(skb, sch, to_free);
 	}
@@ -966,7 +971,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	}
 
 	/* Alone, it leaves next whatever its flow. */
-	if (!sch->q.qlen && p3_may_hold(q, skb, band))
+	if (!sch->q.qlen && p3_may_hold(sch, skb, band))
 		return p3_hold_lone(skb, sch, band);
 	/* The lone packet first: a lookup may recycle an idle flow, and
 	 * must not take the one just found for @skb.
@@ -1080,7 +1085,7 @@ static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
 }
 
 /*
- * The flow the next dequeue serves, or NULL if nothing may leave now.
+ * The flow the next dequeue serves, or NULL if none holds packets.
  * DRR's rotation and the dropping of expired packets happen here, so a
  * peek and the dequeue after it pick the same flow: the rotation stops at
  * a flow with credit left, whose head is fresh, or is the packet the peek
@@ -1120,28 +1125,42 @@ static __always_inline struct p3_flow *p3_next_flow(struct Qdisc *sch)
 		if (!flow)
 			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
 	}
-	if (!flow)
-		return NULL;
-	return p3_pacer_allows(q, qdisc_pkt_len(flow->head)) ? flow : NULL;
+	return flow;
+}
+
+/* The packet the next dequeue sends, or NULL if none may leave now; its
+ * flow goes to *@flow, NULL for the lone packet.
+ */
+static __always_inline struct sk_buff *p3_next_skb(struct Qdisc *sch,
+						   struct p3_flow **flow)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct sk_buff *skb = q->lone;
+
+	*flow = NULL;
+	if (!skb) {
+		*flow = p3_next_flow(sch);
+		if (!*flow)
+			return NULL;
+		skb = (*flow)->head;
+	}
+	return p3_pacer_allows(q, qdisc_pkt_len(skb)) ? skb : NULL;
 }
 
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *flow;
 	struct sk_buff *skb;
 	u8 band;
 
-	if (q->lone) {
-		if (!p3_pacer_allows(q, qdisc_pkt_len(q->lone)))
-			return NULL;
-		q->peeked = NULL;
-		skb = p3_take_lone(sch);
+	skb = p3_next_skb(sch, &flow);
+	if (!skb)
+		return NULL;
+	if (!flow) {
+		p3_take_lone(sch);
 		band = p3_cb(skb)->band;
 	} else {
-		struct p3_flow *flow = p3_next_flow(sch);
-
-		if (!flow)
-			return NULL;
 		band = flow->band;
 		/* band < last_band <= 63, so the shift stays below 64. */
 		if (band < q->last_band && (q->active >> (band + 1)))
@@ -1168,13 +1187,7 @@ static struct sk_buff *p3_peek(struct Qdisc *sch)
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow;
 
-	if (q->lone) {
-		q->peeked = p3_pacer_allows(q, qdisc_pkt_len(q->lone)) ?
-			    q->lone : NULL;
-		return q->peeked;
-	}
-	flow = p3_next_flow(sch);
-	q->peeked = flow ? flow->head : NULL;
+	q->peeked = p3_next_skb(sch, &flow);
 	return q->peeked;
 }
 
