@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import job      # noqa: E402
 import models   # noqa: E402
+import steady   # noqa: E402
 import traces   # noqa: E402
 
 
@@ -135,6 +136,14 @@ def main():
          "traces.fluid: idle between bursts, finish after the last")
     t.ok(traces.fluid([(0.0, 100.0), (0.5, 100.0), (1.0, 50.0)], 100.0)
          == (0.0, 2.5), "traces.fluid: a backlog is never idle")
+
+    # steady.py: with one warm-up, timed iteration k runs from start k to
+    # start k + 1; a range past the last start has no mean.
+    rec = {"warmup": 1, "starts_w0": [0.0, 5.0, 9.0, 12.0, 16.0]}
+    got = [steady.mean_iter(rec, 1, 3), steady.mean_iter(rec, 2, 2),
+           steady.mean_iter(rec, 2, 4)]
+    t.ok(got == [11.0 / 3, 3.0, None],
+         f"steady.mean_iter skips the warm-up: {got}")
     return t.done()
 
 

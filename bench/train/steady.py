@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""P3 in the kernel against P3 in user space, early and in steady state.
+
+  bench/train/steady.py [--early 1-3] [--late 6-9] RESULTS.jsonl ...
+
+For every point (model, rate) with both a p3user and a p3kernel run of
+enough timed iterations (emulate.py --iters 9 or more): worker 0's mean
+iteration time over the early and the late timed iterations, counted
+from 1 after the warm-up, and kernel ÷ user in throughput.  An iteration
+runs from one start of layer 0's forward pass to the next.
+"""
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from report import load     # noqa: E402
+
+MODES = ("p3user", "p3kernel")
+
+
+def span(text):
+    lo, hi = (int(x) for x in text.split("-"))
+    if not 1 <= lo <= hi:
+        raise argparse.ArgumentTypeError(f"not a range of iterations: {text}")
+    return lo, hi
+
+
+def mean_iter(rec, lo, hi):
+    """Mean of timed iterations lo..hi (1-based after the warm-up), or
+    None if the run timed fewer."""
+    starts, w = rec["starts_w0"], rec["warmup"]
+    if w + hi >= len(starts):
+        return None
+    return statistics.mean(starts[w + k] - starts[w + k - 1]
+                           for k in range(lo, hi + 1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--early", type=span, default=(1, 3))
+    ap.add_argument("--late", type=span, default=(6, 9))
+    args = ap.parse_args()
+    runs, _ = load(args.results)
+    by_point = {}
+    for r in runs:
+        if r["mode"] in MODES and not r.get("bulk"):
+            by_point.setdefault((r["model"], r["gbps"]), {})[r["mode"]] = r
+    (e0, e1), (l0, l1) = args.early, args.late
+    print(f"| model | Gbit/s | user, {e0}–{e1} | kernel, {e0}–{e1} | "
+          f"kernel ÷ user | user, {l0}–{l1} | kernel, {l0}–{l1} | "
+          "kernel ÷ user |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = 0
+    for (model, gbps), m in sorted(by_point.items()):
+        if len(m) < len(MODES):
+            continue
+        cells = []
+        for lo, hi in (args.early, args.late):
+            u, k = (mean_iter(m[x], lo, hi) for x in MODES)
+            cells += ["–"] * 3 if u is None or k is None else \
+                [f"{u:.3f}", f"{k:.3f}", f"{u / k:.3f}"]
+        print(f"| {model} | {gbps:g} | " + " | ".join(cells) + " |")
+        rows += 1
+    if not rows:
+        sys.exit("steady.py: no point has both a p3user and a p3kernel run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
