@@ -119,7 +119,6 @@ def sweep_table(t):
     for model, g in t.points():
         r = t.any(model, g)
         samples = [t.get(model, g, m) for m in ("fifo", "p3kernel")]
-        j = jobmod.Job
         sps = ["–" if s is None else f"{r['workers'] * r['batch'] * r['time_scale'] / s:.0f}"
                for s in samples]
         out.append(
@@ -130,7 +129,6 @@ def sweep_table(t):
                          for m in ("slice", "p3user", "p3kernel", "ideal"))
             + " | " + " / ".join(pct(t.gap(model, g, m))
                                  for m in ("p3user", "p3kernel")) + " |")
-        del j
     return "\n".join(out)
 
 
