@@ -991,6 +991,10 @@ def main():
                     f"{rec['ideal_iter_s']:.3f}, stall {rec['stall_s']:.3f},"
                     f" cpu {rec['cpu_busy']:.0%}, drops "
                     f"{rec['qdisc']['drops']})")
+                if (rec["cpu_busy"] or 0) >= jobmod.CPU_BOUND:
+                    log(f"    {tag}: the VM's CPU was {rec['cpu_busy']:.0%} "
+                        "busy; the emulator, not the link, may have set the "
+                        "pace (a larger --compute-s halves its load)")
                 if args.verbose:
                     log(f"    cpu {json.dumps(rec['cpu_split'])} procs "
                         f"{json.dumps(rec['cpu_procs'])} workers "

@@ -31,6 +31,12 @@ sys.path.insert(0, os.path.join(REPO, "userlib", "python"))
 EMU_COMPUTE_S = 3.0                 # emulated compute per iteration
 EMU_MODEL_BYTES = 512 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
+# Above this share of the VM's CPU in a run, the emulator's own work per
+# message (Python, framing, CRC under TCG) can set the pace instead of the
+# link: on a slower host, session 28 saw compute-bound points take 3.6-3.9 s
+# for 3.0 s of compute at 73-75%, and ResNet-50's kernel lead at 2 Gbit/s
+# vanish at 81% and come back at 55% with --compute-s 6.
+CPU_BOUND = 0.65
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 # p3kernel's levels: bands 0..7, one socket each per peer; band 8 is left
 # to untagged traffic (the default band).  libp3's default too: eight were

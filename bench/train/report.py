@@ -219,8 +219,13 @@ def health(runs):
     drops = sum(r.get("qdisc", {}).get("drops", 0) for r in runs)
     if not busy:
         return ""
+    hot = sum(b >= jobmod.CPU_BOUND for b in busy)
+    warn = (f"  {hot} runs had the VM's CPU {jobmod.CPU_BOUND:.0%} busy or "
+            "more: there the emulator's own CPU may set the pace, not the "
+            "link (run again with a larger --compute-s, or "
+            "P3_TRAIN_COMPUTE_S for run.sh)." if hot else "")
     return (f"{len(runs)} runs; VM CPU busy median {statistics.median(busy):.0%}"
-            f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.")
+            f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.{warn}")
 
 
 def plot(t, path, demo=False):

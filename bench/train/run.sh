@@ -10,7 +10,9 @@
 #   [3/76] vgg19 p3kernel 4gbps (1.2mbit): 3.080 s/iter (...)
 #
 # P3_TRAIN_MODELS, P3_TRAIN_ITERS, P3_TRAIN_REPEAT and P3_KERNEL narrow or
-# widen it; takes about an hour as shipped.  `run.sh --resume` finishes a
+# widen it; takes about an hour as shipped.  P3_TRAIN_COMPUTE_S (emulated
+# compute per iteration, 3 s) at 6 halves the VM's CPU load per second and
+# doubles the time: for hosts where the report says the CPU set the pace.  `run.sh --resume` finishes a
 # sweep whose VM was stopped, keeping the runs already recorded.
 set -euo pipefail
 
@@ -21,6 +23,7 @@ out=build/bench/train
 models=${P3_TRAIN_MODELS:-vgg19,sockeye,resnet50,inception3}
 iters=${P3_TRAIN_ITERS:-3}
 repeat=${P3_TRAIN_REPEAT:-1}
+compute=${P3_TRAIN_COMPUTE_S:-3}
 kernel=${P3_KERNEL:-6.1}
 # Real-equivalent Gbit/s: compute-to-communication ratios from about 2.5
 # (network-bound) to 0.2 (compute-bound) for every model.
@@ -42,5 +45,6 @@ $PY bench/train/models.py --out "$out/profiles" >&2
 ${P3_VM_RUN:-selftests/vm-run} --kernel "$kernel" --timeout 7200 -- \
 	$PY bench/train/emulate.py $calibrate $resume --models "$models" \
 	--grid "$grid" --bulk both --bulk-gbps "$bulk" --bulk-streams 1,4 \
-	--iters "$iters" --warmup 1 --repeat "$repeat" --out "$res"
+	--iters "$iters" --warmup 1 --repeat "$repeat" --compute-s "$compute" \
+	--out "$res"
 $PY bench/train/report.py --md "$out/report.md" --png "$out/speedup.png" "$res"
