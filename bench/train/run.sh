@@ -12,8 +12,9 @@
 # P3_TRAIN_MODELS, P3_TRAIN_ITERS, P3_TRAIN_REPEAT and P3_KERNEL narrow or
 # widen it; takes about an hour as shipped.  P3_TRAIN_COMPUTE_S (emulated
 # compute per iteration, 3 s) at 6 halves the VM's CPU load per second and
-# doubles the time: for hosts where the report says the CPU set the pace.  `run.sh --resume` finishes a
-# sweep whose VM was stopped, keeping the runs already recorded.
+# doubles the time: for hosts where the report says the CPU set the pace.
+# `run.sh --resume` finishes a sweep whose VM was stopped, keeping the runs
+# already recorded.
 set -euo pipefail
 
 top=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
