@@ -93,4 +93,9 @@ if [ -n "$early" ]; then
 	fi
 fi
 
+# Reruns are said at the end too, where CI's log is kept.
+for f in "$out"/*.emulator-fault.log; do
+	[ -e "$f" ] || continue
+	echo "# $(basename "$f" .emulator-fault.log) ran twice: the first guest died of an emulator fault ($(grep -m1 -o "the guest's kernel: .*" "$f"))"
+done
 scripts/tap-summary.sh "$out"/*.tap
