@@ -15,7 +15,7 @@
   bitwise equal; the loss falls; a rank out of step is refused
   (PeerError), not summed;
 - examples/torch_digits.py --sparsify slimdp trains to > 90% test
-  accuracy, better than without the residual.
+  accuracy.
 """
 import json
 import os
@@ -265,13 +265,15 @@ def jobs():
 
 
 def accuracy():
+    """Slim-DP still learns. Whether the residual helps is a benchmark
+    (bench/accuracy): single runs differ with the host's floating point,
+    and on session 29's host seed 0 reached 96.1% without it, 95.6% with."""
     rc, epochs, acc, out = tt.digits('--sparsify', 'slimdp')
-    rc2, _, acc2, _ = tt.digits('--sparsify', 'slimdp', '--no-residual')
     per_it = [line for line in out.splitlines() if line.startswith('stats')]
-    ok(rc == 0 and rc2 == 0 and acc > 90 and acc > acc2,
+    ok(rc == 0 and acc > 90,
        'examples/torch_digits.py --sparsify slimdp: %d epochs, test accuracy '
-       '%.1f%% (needs > 90%%), without the residual %.1f%% (needs less); %s'
-       % (epochs, acc, acc2, per_it[-1] if per_it else ''))
+       '%.1f%% (needs > 90%%); %s'
+       % (epochs, acc, per_it[-1] if per_it else ''))
 
 
 if __name__ == '__main__':
