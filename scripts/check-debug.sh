@@ -25,6 +25,8 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
+# shellcheck source=scripts/guest-suite.sh
+. scripts/guest-suite.sh
 
 quick=0 deadline=
 only=()
@@ -75,9 +77,11 @@ mkdir -p "$out"
 # --only keeps the other suites' results, so that the summary below can
 # add up a pass run in parts.
 if [ ${#only[@]} -eq 0 ]; then
-	rm -f "$out"/*.tap
+	rm -f "$out"/*.tap "$out"/*.emulator-fault.log
 else
-	for s in "${only[@]}"; do rm -f "$out/$s.tap"; done
+	for s in "${only[@]}"; do
+		rm -f "$out/$s.tap" "$out/debug-$s.emulator-fault.log"
+	done
 fi
 
 # suite NAME SECONDS CMD...: SECONDS is what the suite takes on this
@@ -87,7 +91,7 @@ fi
 # have run the debug kernel nearly twice as slowly as this one.
 spent=0 planned=0 ran=()
 suite() {
-	local name=$1 est=$2 need=$2 rc timeout=14400 left t0
+	local name=$1 est=$2 need=$2 timeout=14400 left t0 rerun_by
 	shift 2
 	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
 		return
@@ -123,14 +127,13 @@ suite() {
 	# boot_cpu_data, which identify_cpu() clears for a moment at boot; an
 	# interrupt in that window made KASAN report a wild-memory-access in
 	# handle_edge_irq, before any test ran (3 boots here so far).
-	P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi no5lvl log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
+	# A guest the emulator killed runs again if it can still end in time.
+	rerun_by=$((${deadline:-9999999999} - need * 6 / 5))
+	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" \
+		env P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi no5lvl log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout "$timeout" --oops-fatal -- \
-		selftests/debug-kernel/guest.sh "$@" 2>&1 | tee "$out/$name.tap"
-	rc=${PIPESTATUS[0]}
-	if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$out/$name.tap"; then
-		echo "not ok - debug-$name exited with status $rc" | tee -a "$out/$name.tap"
-	fi
+		selftests/debug-kernel/guest.sh "$@"
 	t0=$(($(date +%s) - t0))
 	spent=$((spent + t0)) planned=$((planned + est))
 	echo "# ==== debug-$name: took ${t0} s (estimated ${need} s)"
@@ -173,5 +176,6 @@ suite vm "${seconds[4]}" selftests/run-vm-tests.sh debug "${vm[@]}"
 # The summary adds up every part run so far (see --only); the exit
 # status is this run's own, so that a part that failed earlier is not
 # counted again as this one's failure.
+say_reruns "$out"
 scripts/tap-summary.sh "$out"/*.tap
 [ ${#ran[@]} -eq 0 ] || scripts/tap-summary.sh "${ran[@]/#/$out/}" >/dev/null

@@ -8,33 +8,22 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 start=$(date +%s)
+# The run must end in CI's time (.ci/run sets this): see the debug pass.
+deadline=${P3_CHECK_DEADLINE:-$((start + 80 * 60))}
 out=build/check
 rm -rf "$out"
 mkdir -p "$out"
 
-# A suite that dies without saying "not ok" still fails the run, with
-# vm-run's diagnosis just above (CI keeps only the end of the log).
+# shellcheck source=scripts/guest-suite.sh
+. scripts/guest-suite.sh
+
+# suite NAME CMD...: a suite that dies without saying "not ok" still fails
+# the run; a guest the emulator killed runs again (guest_suite).
 suite() {
-	local name=$1 rc t0=$SECONDS
+	local name=$1 t0=$SECONDS
 	shift
 	echo "# ==== $name: $*"
-	"$@" 2>&1 | tee "$out/$name.tap"
-	rc=${PIPESTATUS[0]}
-	# vm-run's 122: QEMU, not the kernel, failed (selftests/vm/kernel-log.sh).
-	# The guest runs once more; the dead run's output is kept beside.
-	if [ "$rc" -eq 122 ] && [ ! -e "$out/$name.emulator-fault.log" ]; then
-		mv "$out/$name.tap" "$out/$name.emulator-fault.log"
-		echo "# ==== $name: the emulator failed (log in $out/$name.emulator-fault.log); running it again, once"
-		"$@" 2>&1 | tee "$out/$name.tap"
-		rc=${PIPESTATUS[0]}
-	fi
-	if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$out/$name.tap"; then
-		{
-			grep -E '^vm-run: (the guest|emulator|timed out)' \
-				"$out/$name.tap" | tail -n 3 | sed 's/^/# /'
-			echo "not ok - $name exited with status $rc"
-		} | tee -a "$out/$name.tap"
-	fi
+	guest_suite "$name" "$out/$name.tap" "$deadline" "$@"
 	echo "# ==== $name: took $((SECONDS - t0)) s"
 }
 
@@ -54,7 +43,6 @@ suite vm-tools selftests/vm/test-kernel-log.sh
 # stock one. The VM selftests, which time traffic, run after the stock
 # guests. A suite that would not end by $P3_CHECK_DEADLINE (.ci/run sets
 # it), or 80 minutes after this started, is skipped, visibly.
-deadline=${P3_CHECK_DEADLINE:-$((start + 80 * 60))}
 rm -rf build/check-debug
 early=
 if selftests/debug-kernel/build.sh --install-deps; then
@@ -93,9 +81,5 @@ if [ -n "$early" ]; then
 	fi
 fi
 
-# Reruns are said at the end too, where CI's log is kept.
-for f in "$out"/*.emulator-fault.log; do
-	[ -e "$f" ] || continue
-	echo "# $(basename "$f" .emulator-fault.log) ran twice: the first guest died of an emulator fault ($(grep -m1 -o "the guest's kernel: .*" "$f"))"
-done
+say_reruns "$out" build/check-debug
 scripts/tap-summary.sh "$out"/*.tap
