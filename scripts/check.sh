@@ -64,7 +64,8 @@ for k in "${kernels[@]}"; do
 	userspace=
 	[ "$k" = "${kernels[-1]}" ] && userspace=--userspace
 	# The guest's own limit: 40 minutes was too close on a slow host
-	# (session 29: the 6.12 guest ran 38 minutes beside the debug guest).
+	# (session 29: the 6.12 guest hit it during its last suite, beside
+	# the debug guest).
 	suite "vm-$k" selftests/vm-run --kernel "$k" --timeout 3600 -- \
 		selftests/run-vm-tests.sh "$k" $userspace
 done
