@@ -949,13 +949,16 @@ def main():
             f"in {args.out}")
         plan = left
     profiles = {m: models.profile(m) for m in parse_list(args.models)}
+    # Before the cluster, which takes minutes: a bad --out fails at once.
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    out = open(args.out, "a") if args.out else sys.stdout
     cluster = Cluster(args.workers, args.servers, args.acks, args.quickack,
                       args.shaper)
     cluster.up()
     log(f"emulate: {args.workers} workers, {args.servers} servers"
         f"{' and a storage host' if args.bulk != 'none' else ''} up; "
         f"{len(plan)} runs")
-    out = open(args.out, "a") if args.out else sys.stdout
     failed = 0
     try:
         if args.calibrate:
