@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by check.sh and check-debug.sh: one suite's run, for suites
-# whose guests selftests/vm-run boots.
+# Sourced by check.sh and check-debug.sh: how one suite runs; a suite
+# whose guest selftests/vm-run boots may get a second run.
 
 # guest_suite NAME TAP RERUN_BY CMD...: runs CMD, its output on stdout and
 # in the file TAP, and returns its status. vm-run's 122 means QEMU, not
@@ -12,12 +12,14 @@
 # failure.
 guest_suite() {
 	local name=$1 tap=$2 rerun_by=$3 rc
+	local dead_log
+	dead_log=$(dirname "$tap")/$name.emulator-fault.log
 	shift 3
 	"$@" 2>&1 | tee "$tap"
 	rc=${PIPESTATUS[0]}
 	if [ "$rc" -eq 122 ] && [ "$(date +%s)" -le "$rerun_by" ]; then
-		mv "$tap" "$(dirname "$tap")/$name.emulator-fault.log"
-		echo "# ==== $name: the emulator failed (its log: $(dirname "$tap")/$name.emulator-fault.log); running it again, once"
+		mv "$tap" "$dead_log"
+		echo "# ==== $name: the emulator failed (its log: $dead_log); running it again, once"
 		"$@" 2>&1 | tee "$tap"
 		rc=${PIPESTATUS[0]}
 	fi

@@ -19,12 +19,12 @@ last_report_at() {
 # last report's first line and the first RIP after it, kernel code's (CS
 # 0010) if there is one: a trace also shows the user RIP.
 kernel_problem() {
-	local from what where
+	local from report what where
 	from=$(last_report_at "$1")
-	what=$(tail -n +"${from:-1}" "$1" | grep -m1 -E "$problem_re" |
-		sed 's/^\[[^]]*\] //')
-	where=$(tail -n +"${from:-1}" "$1" | grep -m1 -o -E 'RIP: 0010:[^ ]+' ||
-		tail -n +"${from:-1}" "$1" | grep -m1 -o -E 'RIP: [0-9a-f]{4}:[^ ]+')
+	report=$(tail -n +"${from:-1}" "$1")
+	what=$(grep -m1 -E "$problem_re" <<<"$report" | sed 's/^\[[^]]*\] //')
+	where=$(grep -m1 -o -E 'RIP: 0010:[^ ]+' <<<"$report" ||
+		grep -m1 -o -E 'RIP: [0-9a-f]{4}:[^ ]+' <<<"$report")
 	echo "${what:-no problem reported}${where:+; $where}"
 }
 
