@@ -10,10 +10,12 @@ more urgent packets.  These tests check two consequences:
                flow's, the sender's own packet) leaves the parent's qlen,
                backlog and drops equal to p3's, and only a sender whose
                own packet was dropped gets an error (ENOBUFS).
-  goodput      an urgent TCP flow keeps its goodput beside an untagged
-               UDP flood (limit 200, the default limit, a memory cap) and
-               beside 64 bulk TCP flows at a small limit: congestion is
-               signalled only to the flow that lost a packet.
+  goodput      an urgent TCP flow loses no packet and does not collapse
+               (keeps half its goodput alone; the benchmark shows it
+               keeps all) beside an untagged UDP flood (limit 200, the
+               default limit, a memory cap) and beside 64 bulk TCP flows
+               at a small limit: congestion is signalled only to the
+               flow that lost a packet.
 
   selftests/vm-run -- selftests/p3_overload.py [-t NAME]... [--table]
 
@@ -259,24 +261,33 @@ def urgent_goodput(kind, opts, background, seconds=8):
     return {"mbit": r["end"]["sum_received"]["bits_per_second"] / 1e6,
             "cwnd": sum(cwnds) / len(cwnds) / 1448 if cwnds else 0,
             "retrans": r["end"]["sum_sent"].get("retransmits", 0),
-            "drops": q["drops"]}
+            "drops": q["drops"],
+            "urgent_drops": (class_stats()[0]["drops"] if kind == "p3"
+                             else None)}
 
 
-# (name, background, p3 options, share of the alone goodput required).
-# The bug this guards against left 0.06; the flood also costs the guest
-# CPU, and with the host's cores busy elsewhere the default limit's
-# 10,000-packet queue gave 0.92 (session 11), so 0.90, not 0.95.
+# (name, background, p3 options).
 GOODPUT_CASES = [
-    ("udp_flood_limit_200", "udp flood", "limit 200", 0.90),
-    ("udp_flood_default_limit", "udp flood", "", 0.90),
-    ("udp_flood_memory_cap", "udp flood", "memory 256kb", 0.90),
-    ("tcp_64_flows_limit_64", "64 bulk tcp", "limit 64", 0.90),
+    ("udp_flood_limit_200", "udp flood", "limit 200"),
+    ("udp_flood_default_limit", "udp flood", ""),
+    ("udp_flood_memory_cap", "udp flood", "memory 256kb"),
+    ("tcp_64_flows_limit_64", "64 bulk tcp", "limit 64"),
 ]
+# The share of its goodput alone the urgent flow must keep.  The bug this
+# guards against (NET_XMIT_CN to the flow that pushed others out) left
+# 0.056 and 0.077, with cwnd 2-4.  The flood also costs the guest CPU that
+# the urgent sender needs: on a loaded CI host the fixed module kept only
+# 0.84-0.90, with 0 retransmits and its cwnd near alone's (CI of stop
+# 38): the bound sits between the two.  What priority promises
+# exactly, that no urgent packet is dropped, is checked exactly.
+COLLAPSE_SHARE = 0.5
 
 
 def fmt(m):
     return (f"{m['mbit']:.1f} Mbit/s, cwnd {m['cwnd']:.0f}, "
-            f"{m['retrans']} retransmits, qdisc drops {m['drops']}")
+            f"{m['retrans']} retransmits, qdisc drops {m['drops']}"
+            + ("" if m["urgent_drops"] is None
+               else f" ({m['urgent_drops']} urgent)"))
 
 
 _alone = []
@@ -285,8 +296,7 @@ _alone = []
 def test_goodput(chk, name):
     """The urgent flow of case @name against the same flow alone, measured
     once per run (in the first goodput test)."""
-    _, background, opts, share = next(c for c in GOODPUT_CASES
-                                      if c[0] == name)
+    _, background, opts = next(c for c in GOODPUT_CASES if c[0] == name)
     if not _alone:
         _alone.append(urgent_goodput("p3", "", "alone"))
     alone = _alone[0]
@@ -295,9 +305,12 @@ def test_goodput(chk, name):
              f"({opts or 'no options'}): {fmt(m)}; "
              f"{m['mbit'] / alone['mbit']:.3f} of alone")
     chk.expect(m["drops"] > 0, "premise: the queue never overflowed")
-    chk.expect(m["mbit"] >= share * alone["mbit"],
+    chk.expect(m["urgent_drops"] == 0,
+               f"the urgent band dropped {m['urgent_drops']} packets")
+    chk.expect(m["mbit"] >= COLLAPSE_SHARE * alone["mbit"],
                f"urgent goodput {m['mbit']:.1f} Mbit/s is below "
-               f"{share:.0%} of alone ({alone['mbit']:.1f})")
+               f"{COLLAPSE_SHARE:.0%} of alone ({alone['mbit']:.1f}): "
+               "the flow collapsed")
 
 
 TABLE_CASES = [
