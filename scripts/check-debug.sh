@@ -142,7 +142,8 @@ suite() {
 # --quick: churn's default sizes, which are the CI-sized ones, and a third
 # of the fuzzer's. CI runs these beside the stock guests, where the
 # fuzzer ran at 1.5 requests/s (3,000 in 1,963 s, the CI run after
-# session 29) and the deadline then skipped churn, faults and tdc. The
+# session 29) and the deadline then skipped churn, faults and tdc: with
+# a third, they get a chance on a host as fast as CI's fastest. The
 # stock kernels fuzz 3,000 requests each; the debug kernel is there for
 # the other suites' paths too.
 if [ $quick -eq 1 ]; then
@@ -155,8 +156,9 @@ if [ $quick -eq 1 ]; then
 	# 48 s each, libp3 148 s). Under-estimating a suite would let it
 	# start and then run into the deadline, a failure; over, a visible
 	# skip. The fuzzer's 1,000 requests: the boot and a third of the
-	# 3,000's 100 s, rounded down, so that the scale the later suites
-	# get from it (see suite()) errs high.
+	# 3,000's 100 s, rounded down (each phase's traffic check does not
+	# shrink with it), so that the scale the later suites get from it
+	# (see suite()) errs high.
 	seconds=(100 250 340 400 950)
 else
 	nlfuzz=(-n 100000)
