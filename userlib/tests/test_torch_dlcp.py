@@ -263,8 +263,8 @@ def jobs():
     # A datagram that comes after the deadline counts as lost, and a part
     # missing more than the tolerance is asked for again: at the default
     # 5 ms, one late datagram on a busy CI host made the owner ask for a
-    # slice, whose lost chunk then went uncounted.  50 ms keeps "lost" to
-    # the chunks never sent, in every job that counts them exactly.
+    # slice, whose lost chunk then went uncounted.  The jobs that count lost
+    # bytes exactly give a busy host ten times that.
     exact = job(loss_tolerance=0.01, deadline=0.05)
     fetched = job(loss_tolerance=0.01, lose=True)
     tolerated = job(loss_tolerance=0.5, deadline=0.05, lose=True)
