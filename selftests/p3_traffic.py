@@ -339,7 +339,7 @@ def tbf_parent(rate=None, burst="32k", latency="100ms"):
 def htb_parent(burst="32k"):
     """htb with tbf_parent's burst.  At tc's default (1600 b at 20
     Mbit/s) 4 bulk flows alone got 15.0-17.7 Mbit/s of the 19.1 the
-    link carries, and CI's premise check failed: a late wake-up of the
+    link carries, and a rehearsal's premise check failed: a late wake-up of the
     emulated guest's watchdog is link time lost, with no burst to make
     it up.  With 32k: 18.8-19.1."""
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
