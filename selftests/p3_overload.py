@@ -278,8 +278,9 @@ GOODPUT_CASES = [
 # 0.056 and 0.077, with cwnd 2-4.  The flood also costs the guest CPU that
 # the urgent sender needs: the fixed module kept only 0.84-0.90 in CI
 # (the run after session 29; 0 retransmits, cwnd near alone's) and
-# 0.775-0.847 in a guest of its own on a slow day: the bound sits between.  What priority promises
-# exactly, that no urgent packet is dropped, is checked exactly.
+# 0.775-0.847 in a guest of its own on a slow day: the bound sits
+# between.  What priority promises exactly, that no urgent packet is
+# dropped, is checked exactly.
 COLLAPSE_SHARE = 0.5
 
 

@@ -339,9 +339,9 @@ def tbf_parent(rate=None, burst="32k", latency="100ms"):
 def htb_parent(burst="32k"):
     """htb with tbf_parent's burst.  At tc's default (1600 b at 20
     Mbit/s) 4 bulk flows alone got 15.0-17.7 Mbit/s of the 19.1 the
-    link carries, and a rehearsal's premise check failed: a late wake-up of the
-    emulated guest's watchdog is link time lost, with no burst to make
-    it up.  With 32k: 18.8-19.1."""
+    link carries, and a rehearsal's premise check failed: a late
+    wake-up of the emulated guest's watchdog is link time lost, with no
+    burst to make it up.  With 32k: 18.8-19.1."""
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: htb default 1")
     tc(f"class add dev {SDEV} parent 1: classid 1:1 htb rate {RATE} "
