@@ -329,23 +329,26 @@ def test_change_keeps_packets(chk):
     chk.expect(got == 96 - (d3 - d0), "receiver count disagrees with drops")
 
 
-def tbf_parent(rate=None, burst="32k", latency="100ms"):
+# The shaping parents' bucket.  At tc's default htb burst (1600 b at 20
+# Mbit/s) 4 bulk flows alone got 15.0-17.7 Mbit/s of the 19.1 the link
+# carries, and a rehearsal's premise check failed: a late wake-up of the
+# emulated guest's watchdog is link time lost, with no burst to make it
+# up.  With 32k: 18.8-19.1.
+PARENT_BURST = "32k"
+
+
+def tbf_parent(rate=None, burst=PARENT_BURST, latency="100ms"):
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {rate or RATE} "
        f"burst {burst} latency {latency}")
     tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 {TAG}")
 
 
-def htb_parent(burst="32k"):
-    """htb with tbf_parent's burst.  At tc's default (1600 b at 20
-    Mbit/s) 4 bulk flows alone got 15.0-17.7 Mbit/s of the 19.1 the
-    link carries, and a rehearsal's premise check failed: a late
-    wake-up of the emulated guest's watchdog is link time lost, with no
-    burst to make it up.  With 32k: 18.8-19.1."""
+def htb_parent():
     sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
     tc(f"qdisc add dev {SDEV} root handle 1: htb default 1")
     tc(f"class add dev {SDEV} parent 1: classid 1:1 htb rate {RATE} "
-       f"ceil {RATE} burst {burst} cburst {burst}")
+       f"ceil {RATE} burst {PARENT_BURST} cburst {PARENT_BURST}")
     tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 {TAG}")
 
 
