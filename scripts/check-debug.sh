@@ -27,6 +27,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 # shellcheck source=scripts/guest-suite.sh
 . scripts/guest-suite.sh
+# shellcheck source=scripts/time-budget.sh
+. scripts/time-budget.sh
 
 quick=0 deadline=
 only=()
@@ -86,27 +88,24 @@ fi
 
 # suite NAME SECONDS CMD...: SECONDS is what the suite takes on this
 # 2-core machine, boot included; with --deadline it is not started
-# unless that much time (and a fifth more) is left. The estimate is scaled
-# by how much longer than estimated the suites before it took: CI machines
-# have run the debug kernel nearly twice as slowly as this one.
-spent=0 planned=0 ran=()
+# unless it still fits (scripts/time-budget.sh).
+ran=()
 suite() {
-	local name=$1 est=$2 need=$2 timeout=14400 left t0 rerun_by
+	local name=$1 est=$2 need skip timeout=14400 t0 rerun_by
 	shift 2
 	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
 		return
 	fi
 	ran+=("$name.tap")
-	[ $spent -le $planned ] || need=$((need * spent / planned))
+	need=$(budget_need "$est")
 	if [ -n "$deadline" ]; then
-		left=$((deadline - $(date +%s)))
-		if [ $left -lt $((need * 6 / 5)) ]; then
-			echo "# ==== debug-$name: SKIPPED: ${left}s left before the deadline, it needs about ${need}s"
-			echo "ok - debug-$name # SKIP out of time: ${left}s left, needs about ${need}s" |
-				tee "$out/$name.tap"
+		skip=$(budget_late "debug-$name" "$need" "$deadline")
+		if [ -n "$skip" ]; then
+			echo "# ==== debug-$name: SKIPPED"
+			echo "$skip" | tee "$out/$name.tap"
 			return
 		fi
-		timeout=$left
+		timeout=$((deadline - $(date +%s)))
 	fi
 	echo "# ==== debug-$name: $*"
 	t0=$(date +%s)
@@ -135,7 +134,7 @@ suite() {
 		--kmod-dir "$kmods" --mem 3072 --timeout "$timeout" --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@"
 	t0=$(($(date +%s) - t0))
-	spent=$((spent + t0)) planned=$((planned + est))
+	budget_took "$est" "$t0"
 	echo "# ==== debug-$name: took ${t0} s (estimated ${need} s)"
 }
 
