@@ -60,20 +60,27 @@ if selftests/debug-kernel/build.sh --install-deps; then
 	) >"$out/debug-early.log" 2>&1 &
 	early=$!
 fi
+# stock_guest KERNEL ARGS...: run-vm-tests.sh in KERNEL's guest. Its
+# suites skip themselves rather than run past the deadline; one that
+# overruns its estimate is stopped with its guest soon after, a failure,
+# with the summary still in CI's time. (A second run, after an emulator
+# fault, gets what is left then.)
+stock_guest() {
+	local k=$1 timeout=$((deadline + 150 - $(date +%s)))
+	shift
+	[ "$timeout" -le 3600 ] || timeout=3600
+	[ "$timeout" -ge 60 ] || timeout=60
+	selftests/vm-run --kernel "$k" --timeout "$timeout" -- \
+		selftests/run-vm-tests.sh "$k" "$@" --deadline "$deadline"
+}
 kernels=($(selftests/vm-run --list-kernels))
 for k in "${kernels[@]}"; do
-	userspace=
-	[ "$k" = "${kernels[-1]}" ] && userspace=--userspace
-	# The guest's own limit: 40 minutes was too close on a slow host
-	# (session 29: the 6.12 guest hit it during its last suite, beside
-	# the debug guest).
-	# Its suites skip themselves rather than run past the deadline; a
-	# suite that overruns its estimate is stopped soon after it, with a
-	# failure and the summary still in CI's time.
-	timeout=$((deadline + 150 - $(date +%s)))
-	[ "$timeout" -le 3600 ] || timeout=3600
-	suite "vm-$k" selftests/vm-run --kernel "$k" --timeout "$timeout" -- \
-		selftests/run-vm-tests.sh "$k" $userspace --deadline "$deadline"
+	userspace=()
+	[ "$k" = "${kernels[-1]}" ] && userspace=(--userspace)
+	# At most 60 minutes: 40 was too close on a slow host (session 29:
+	# the 6.12 guest hit it during its last suite, beside the debug
+	# guest).
+	suite "vm-$k" stock_guest "$k" "${userspace[@]}"
 done
 # If the first part is still running, the VM selftests start beside it
 # rather than wait: both are the debug kernel's, at the same pace.
