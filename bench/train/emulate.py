@@ -234,8 +234,10 @@ def cpu_times():
     return sum(v), v[3] + v[4], v[0] + v[1], v[2], v[5] + v[6]
 
 
-def thread_cpu(pids):
-    """utime + stime (s) per thread name, summed over processes @pids."""
+def thread_stats(pids):
+    """Per thread name, summed over the processes @pids: [CPU seconds
+    (utime + stime), wake-ups (voluntary context switches: each blocking
+    wait that ended), read and write system calls (syscr + syscw)]."""
     out = {}
     tck = os.sysconf("SC_CLK_TCK")
     for pid in pids:
@@ -244,14 +246,22 @@ def thread_cpu(pids):
         except OSError:
             continue
         for tid in tids:
+            task = f"/proc/{pid}/task/{tid}"
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                with open(f"{task}/stat") as f:
                     raw = f.read()
-            except OSError:
+                with open(f"{task}/status") as f:
+                    waits = next(int(line.split()[1]) for line in f
+                                 if line.startswith("voluntary_ctxt"))
+                with open(f"{task}/io") as f:
+                    io = dict(line.split(": ") for line in f.read().splitlines())
+            except (OSError, StopIteration):
                 continue
             name = raw[raw.index("(") + 1:raw.rindex(")")]
             v = raw.rsplit(")", 1)[1].split()
-            out[name] = out.get(name, 0) + (int(v[11]) + int(v[12])) / tck
+            now = [(int(v[11]) + int(v[12])) / tck, waits,
+                   int(io["syscr"]) + int(io["syscw"])]
+            out[name] = [a + b for a, b in zip(out.get(name, [0, 0, 0]), now)]
     return out
 
 
@@ -755,7 +765,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         if bulk:
             time.sleep(2.0)         # let the uploads reach steady state
         cpu0 = cpu_times()
-        th0 = thread_cpu([c.pid for c in kids])
+        th0 = thread_stats([c.pid for c in kids])
         t0 = time.monotonic()
         for c in job_kids:
             c.send({"cmd": "go"})
@@ -777,10 +787,17 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         srv = gather(servers, "samples", 60)
         wall = time.monotonic() - t0
         cpu1 = cpu_times()
-        th1 = thread_cpu([c.pid for c in kids])
-        pcpu = {n: round((v - th0.get(n, 0)) / wall, 3)
-                for n, v in th1.items()}
+        th1 = thread_stats([c.pid for c in kids])
+        # Per thread name, CPU seconds per second of the run, and the
+        # wake-ups and read/write system calls per timed iteration's
+        # worth of the run (the warm-up included).
+        per_iter = cfg["iters"] - 1
+        delta = {n: [a - b for a, b in zip(v, th0.get(n, [0, 0, 0]))]
+                 for n, v in th1.items()}
+        pcpu = {n: round(d[0] / wall, 3) for n, d in delta.items()}
         pcpu["ALL"] = round(sum(pcpu.values()), 3)
+        pwake = {n: round(d[1] / per_iter) for n, d in delta.items()}
+        pcalls = {n: round(d[2] / per_iter) for n, d in delta.items()}
     finally:
         for c in reversed(kids):
             c.kill()
@@ -827,6 +844,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         "compute_s": ideal["compute_s"], "link_s": ideal["link_s"],
         "wall_s": wall, "cpu_busy": 1 - di / dt if dt else None,
         "cpu_split": split, "cpu_procs": pcpu,
+        "wakeups_per_iter": pwake, "rw_calls_per_iter": pcalls,
         "qdisc": q, "tcp": tcp, "link_util": util,
         "worker_tx_per_iter": sum(wb) / len(wb),
         "trace_w0": res["w0"]["result"]["trace"],
