@@ -86,29 +86,11 @@ else
 	done
 fi
 
-# suite NAME SECONDS CMD...: SECONDS is what the suite takes on this
-# 2-core machine, boot included; with --deadline it is not started
-# unless it still fits (scripts/time-budget.sh).
-ran=()
-suite() {
-	local name=$1 est=$2 need skip timeout=14400 t0 rerun_by
-	shift 2
-	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
-		return
-	fi
-	ran+=("$name.tap")
-	need=$(budget_need "$est")
-	if [ -n "$deadline" ]; then
-		skip=$(budget_late "debug-$name" "$need" "$deadline")
-		if [ -n "$skip" ]; then
-			echo "# ==== debug-$name: SKIPPED"
-			echo "$skip" | tee "$out/$name.tap"
-			return
-		fi
-		timeout=$((deadline - $(date +%s)))
-	fi
-	echo "# ==== debug-$name: $*"
-	t0=$(date +%s)
+# debug_guest CMD...: CMD in the debug kernel's guest, stopped at the
+# deadline (taken when it starts, for a second run too).
+debug_guest() {
+	local timeout=14400
+	[ -z "$deadline" ] || timeout=$((deadline - $(date +%s)))
 	# KASAN with slub_debug, lockdep and kmemleak under TCG: give the
 	# watchdogs room, they measure the emulator's stalls, not ours. The
 	# ACPI interpreter is so slow there that each virtio device's _PRT
@@ -126,13 +108,37 @@ suite() {
 	# boot_cpu_data, which identify_cpu() clears for a moment at boot; an
 	# interrupt in that window made KASAN report a wild-memory-access in
 	# handle_edge_irq, before any test ran (3 boots here so far).
-	# A guest the emulator killed runs again if it can still end in time.
-	rerun_by=$((${deadline:-9999999999} - need * 6 / 5))
-	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" \
-		env P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi no5lvl log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
+	env P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi no5lvl log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout "$timeout" --oops-fatal -- \
 		selftests/debug-kernel/guest.sh "$@"
+}
+
+# suite NAME SECONDS CMD...: SECONDS is what the suite takes on this
+# 2-core machine, boot included; with --deadline it is not started
+# unless it still fits (scripts/time-budget.sh).
+ran=()
+suite() {
+	local name=$1 est=$2 need skip t0 rerun_by
+	shift 2
+	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
+		return
+	fi
+	ran+=("$name.tap")
+	need=$(budget_need "$est")
+	if [ -n "$deadline" ]; then
+		skip=$(budget_late "debug-$name" "$need" "$deadline")
+		if [ -n "$skip" ]; then
+			echo "# ==== debug-$name: SKIPPED"
+			echo "$skip" | tee "$out/$name.tap"
+			return
+		fi
+	fi
+	echo "# ==== debug-$name: $*"
+	t0=$(date +%s)
+	# A guest the emulator killed runs again if it can still end in time.
+	rerun_by=$((${deadline:-9999999999} - need * 6 / 5))
+	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" debug_guest "$@"
 	t0=$(($(date +%s) - t0))
 	budget_took "$est" "$t0"
 	echo "# ==== debug-$name: took ${t0} s (estimated ${need} s)"

@@ -14,7 +14,7 @@ budget_spent=0 budget_planned=0
 
 # budget_need EST: EST scaled by the pace so far.
 budget_need() {
-	if [ "$budget_spent" -gt "$budget_planned" ]; then
+	if [ "$budget_planned" -gt 0 ] && [ "$budget_spent" -gt "$budget_planned" ]; then
 		echo $(($1 * budget_spent / budget_planned))
 	else
 		echo "$1"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs inside the selftest VM (see selftests/vm-run): every kernel-side
 # suite, one after the other, each printing TAP.  `make check` calls it
-# once per kernel:  selftests/vm-run --kernel K -- selftests/run-vm-tests.sh K
+# once per kernel:
+#   selftests/vm-run --kernel K -- selftests/run-vm-tests.sh K --deadline T
 # and adds --userspace for one of them (the newest): the suites that test
 # libp3 and p3.torch over the qdisc, whose outcome does not depend on
 # which kernel carries the packets, run there only. With --deadline EPOCH
@@ -26,8 +27,9 @@ done
 rc=0
 
 # run SECONDS CMD...: SECONDS is what the suite takes in a stock kernel's
-# guest on our 2-core machine beside make check's debug guest (the CI
-# run of session 30, the slower of 6.1 and 6.12), for the deadline.
+# guest on our 2-core machine beside make check's debug guest (session
+# 30's rehearsal of CI there, the slower of 6.1 and 6.12), for the
+# deadline.
 run() {
 	local est=$1 t0=$SECONDS need suite
 	shift
