@@ -137,7 +137,7 @@ suite() {
 	echo "# ==== debug-$name: $*"
 	t0=$(date +%s)
 	# A guest the emulator killed runs again if it can still end in time.
-	rerun_by=$((${deadline:-9999999999} - need * 6 / 5))
+	rerun_by=$(budget_start_by "$need" "${deadline:-9999999999}")
 	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" debug_guest "$@"
 	t0=$(($(date +%s) - t0))
 	budget_took "$est" "$t0"

@@ -75,6 +75,9 @@ stock_guest() {
 		return 0
 	fi
 	timeout=$((left + 150))
+	# At most 60 minutes: 40 was too close on a slow host (session 29:
+	# the 6.12 guest hit it during its last suite, beside the debug
+	# guest).
 	[ "$timeout" -le 3600 ] || timeout=3600
 	echo "# vm-$k: stopped after ${timeout}s at the latest"
 	selftests/vm-run --kernel "$k" --timeout "$timeout" -- \
@@ -84,9 +87,6 @@ kernels=($(selftests/vm-run --list-kernels))
 for k in "${kernels[@]}"; do
 	userspace=()
 	[ "$k" = "${kernels[-1]}" ] && userspace=(--userspace)
-	# At most 60 minutes: 40 was too close on a slow host (session 29:
-	# the 6.12 guest hit it during its last suite, beside the debug
-	# guest).
 	suite "vm-$k" stock_guest "$k" "${userspace[@]}"
 done
 # If the first part is still running, the VM selftests start beside it

@@ -791,13 +791,13 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         # Per thread name, CPU seconds per second of the run, and the
         # wake-ups and read/write system calls per timed iteration's
         # worth of the run (the warm-up included).
-        per_iter = cfg["iters"] - 1
+        iterations_run = cfg["iters"] - 1
         delta = {n: [a - b for a, b in zip(v, th0.get(n, [0, 0, 0]))]
                  for n, v in th1.items()}
         pcpu = {n: round(d[0] / wall, 3) for n, d in delta.items()}
         pcpu["ALL"] = round(sum(pcpu.values()), 3)
-        pwake = {n: round(d[1] / per_iter) for n, d in delta.items()}
-        pcalls = {n: round(d[2] / per_iter) for n, d in delta.items()}
+        pwake = {n: round(d[1] / iterations_run) for n, d in delta.items()}
+        pcalls = {n: round(d[2] / iterations_run) for n, d in delta.items()}
     finally:
         for c in reversed(kids):
             c.kill()
