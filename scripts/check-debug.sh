@@ -24,7 +24,7 @@
 # run into CI's time limit.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "$top"
+cd "$top" || exit 1
 # shellcheck source=scripts/guest-suite.sh
 . scripts/guest-suite.sh
 # shellcheck source=scripts/time-budget.sh
@@ -126,13 +126,10 @@ suite() {
 	fi
 	ran+=("$name.tap")
 	need=$(budget_need "$est")
-	if [ -n "$deadline" ]; then
-		skip=$(budget_late "debug-$name" "$need" "$deadline")
-		if [ -n "$skip" ]; then
-			echo "# ==== debug-$name: SKIPPED"
-			echo "$skip" | tee "$out/$name.tap"
-			return
-		fi
+	if [ -n "$deadline" ] && skip=$(budget_late "debug-$name" "$need" "$deadline"); then
+		echo "# ==== debug-$name: SKIPPED"
+		echo "$skip" | tee "$out/$name.tap"
+		return
 	fi
 	echo "# ==== debug-$name: $*"
 	t0=$(date +%s)
