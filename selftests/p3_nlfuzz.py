@@ -19,8 +19,10 @@ Checks, in numbers:
   - every refused request that reached the p3 qdisc (a well-formed
     envelope) carries an extack message; refusals without one are
     counted by shape, with whether the core or p3 refused them;
-  - after each phase the qdisc still carries traffic: every datagram of
-    an urgent burst arrives, and the bulk TCP flows still deliver.
+  - after each phase the qdisc still carries traffic, in priority order:
+    every datagram of an urgent burst arrives, and a new TCP flow in a
+    more urgent band than the bulk TCP flows delivers a tenth of the link
+    or more, and more than the bulk flows beside it.
 
   selftests/vm-run -- selftests/p3_nlfuzz.py [-n REQUESTS] [--seed S]
       [--phases root,tbf,htb] [--no-traffic] [--prefix P]
@@ -1133,10 +1135,13 @@ def main():
             old = tcp_rate(rep, 1, t0, t1)
             # A tenth of the link, not more: a qdisc wedged or paced to a
             # trickle delivers next to nothing, but the debug guest,
-            # sharing two cores with the stock guests in CI, starves the
-            # new flow's sender for whole bins (0.46 Mbit/s of 2 seen).
-            # Priority under load is the traffic suite's to measure.
-            tap.result(got == 200 and fresh > parse_rate(LINK) / 10,
+            # sharing two cores with the stock guests in CI, stalls for
+            # whole bins (0.46 Mbit/s of 2 in CI, 0.70-0.87 in a rehearsal).
+            # Strict priority holds whatever the pace: the bulk flows get
+            # the link only while the new flow has nothing queued (0.00 to
+            # 0.02 Mbit/s beside it on the debug kernel).
+            tap.result(got == 200 and fresh > parse_rate(LINK) / 10 and
+                       fresh > beside,
                        f"nlfuzz {name}: the qdisc still carries traffic "
                        "after fuzzing",
                        f"urgent UDP burst {got}/200 received; a new TCP "
