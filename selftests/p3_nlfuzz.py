@@ -21,8 +21,8 @@ Checks, in numbers:
     counted by shape, with whether the core or p3 refused them;
   - after each phase the qdisc still carries traffic, in priority order:
     every datagram of an urgent burst arrives, and a new TCP flow in a
-    more urgent band than the bulk TCP flows delivers a tenth of the link
-    or more, and more than the bulk flows beside it.
+    more urgent band than the bulk TCP flows delivers a twentieth of the
+    link or more, and more than the bulk flows beside it.
 
   selftests/vm-run -- selftests/p3_nlfuzz.py [-n REQUESTS] [--seed S]
       [--phases root,tbf,htb] [--no-traffic] [--prefix P]
@@ -1133,14 +1133,15 @@ def main():
             fresh = tcp_rate(rep, group + 100, *span) if span else 0.0
             beside = tcp_rate(rep, 1, *span) if span else 0.0
             old = tcp_rate(rep, 1, t0, t1)
-            # A tenth of the link, not more: a qdisc wedged or paced to a
-            # trickle delivers next to nothing, but the debug guest,
-            # sharing two cores with the stock guests in CI, stalls for
-            # whole bins (0.46 Mbit/s of 2 in CI, 0.70-0.87 in a rehearsal).
+            # A twentieth of the link, not more: a qdisc wedged or paced
+            # to a trickle delivers next to nothing, but the debug kernel
+            # sends one flow at 0.54-0.79 Mbit/s of 2 alone on our host,
+            # 0.46 in CI beside the stock guests (the pacer's own rate is
+            # the traffic suite's own_rate test).
             # Strict priority holds whatever the pace: the bulk flows get
             # the link only while the new flow has nothing queued (0.00 to
             # 0.02 Mbit/s beside it on the debug kernel).
-            tap.result(got == 200 and fresh > parse_rate(LINK) / 10 and
+            tap.result(got == 200 and fresh > parse_rate(LINK) / 20 and
                        fresh > beside,
                        f"nlfuzz {name}: the qdisc still carries traffic "
                        "after fuzzing",
