@@ -70,6 +70,12 @@ def wait_backlog(timeout=30):
         time.sleep(0.2)
 
 
+def steps(rep, group, t0, t1):
+    """Group's goodput in Mbit/s over each whole 0.5 s step of [t0, t1)."""
+    return [tcp_rate(rep, group, t, t + 0.5) / 1e6
+            for t in (t0 + 0.5 * k for k in range(int((t1 - t0) * 2)))]
+
+
 def urgent_share(chk, link_bps, setup):
     """Bulk flows saturate the link; an urgent flow joins for a while.
     Checks the urgent share, and that bulk gets the link back after.
@@ -92,21 +98,29 @@ def urgent_share(chk, link_bps, setup):
     b_before = tcp_rate(rep, 1, b0 + 0.5, u0)
     # Bulk alone in 0.5 s steps: whether a missed premise was a slow
     # start or a link that never filled.
-    alone = [tcp_rate(rep, 1, t, t + 0.5) / 1e6
-             for t in (b0 + 0.5 * k for k in range(int((u0 - b0) * 2)))]
+    alone = steps(rep, 1, b0, u0)
+    # The urgent flow's rate is judged by its typical 0.5 s step: a
+    # stall of the emulated machine idles the link for everyone and shows
+    # as one slow step (CI saw 3.4 Mbit/s of 3.8 on the debug kernel,
+    # with bulk at 0.0), while a qdisc that held urgent back would slow
+    # them all.
+    urgent = steps(rep, 2, u0 + 0.5, u1 - 0.3)
+    u_typical = statistics.median(urgent) * 1e6 if urgent else 0.0
     b_after = tcp_rate(rep, 1, u1 + 0.5, b1 - 0.5)
     share = u / (u + b_during) if u + b_during else 0
     chk.note(f"link goodput {goodput / 1e6:.1f} Mbit/s; bulk before "
              f"{b_before / 1e6:.1f}, urgent {u / 1e6:.1f} vs bulk "
              f"{b_during / 1e6:.1f} (urgent share {share:.3f}), "
              f"bulk after {b_after / 1e6:.1f}; bulk alone by 0.5 s "
-             f"{', '.join(f'{r:.1f}' for r in alone)}")
+             f"{', '.join(f'{r:.1f}' for r in alone)}; urgent by 0.5 s "
+             f"{', '.join(f'{r:.1f}' for r in urgent)}")
     chk.expect(b_before >= 0.8 * goodput,
                f"bulk alone reached only {b_before / 1e6:.1f} Mbit/s: "
                "the link was not the bottleneck")
     chk.expect(share >= 0.9, f"urgent share {share:.3f} < 0.90")
-    chk.expect(u >= 0.9 * goodput,
-               f"urgent rate {u / 1e6:.1f} < 90% of the link")
+    chk.expect(u_typical >= 0.9 * goodput,
+               f"urgent rate, median 0.5 s step, {u_typical / 1e6:.1f} "
+               "< 90% of the link")
     chk.expect(b_after >= 0.8 * goodput,
                f"bulk got only {b_after / 1e6:.1f} Mbit/s back")
 
