@@ -47,7 +47,8 @@ run() {
 
 # est STOCK DEBUG: a suite's estimate on this kernel. The debug kernel's
 # are the --quick suites alone on our 2-core machine (session 33:
-# traffic 568 s, overload 294, deadline 225, libp3 169); the pace of
+# traffic 568 and 647 s with own_rate (63 and 91 s of them), 456 without,
+# overload 294, deadline 225, libp3 169); the pace of
 # the suites before scales them as it does the stock ones.
 est() {
 	if [ "$kernel" = debug ]; then echo "$2"; else echo "$1"; fi
@@ -71,8 +72,11 @@ fi
 # the re-tagged flow (strict_priority, and tdc's re-tag case), the tag
 # sources (tdc's case for each), the GC of 100,000 flows and the module
 # unload (churn: 5,000 flows collected, 5 reloads with qdiscs live), the
-# pacer beside small urgent packets (own_rate's pacer code), and the
-# prio control (no p3 code at all). Of the overload accounting
+# pacer's accuracy, alone and beside small urgent packets (p3's own
+# pacer sets strict_priority's link rate; the stock kernels measure its
+# accuracy: on this one the guest is too short of CPU to, and a 12 s
+# window came out 1.7% slow in session 33), and the prio control (no p3
+# code at all). Of the overload accounting
 # cases (5 parents, each overflowed by packet count and by memory) it
 # runs each parent once and each way of overflowing at least twice:
 # every parent's notification path and both of p3's drop paths.
@@ -80,7 +84,7 @@ fi
 # until someone decides otherwise; a name that no longer exists fails.
 if [ $quick -eq 1 ]; then
 	for t in urgent_latency no_reorder reorder_control_prio tag_sources \
-		gc_100k_flows lifecycle own_rate_small_urgent; do
+		gc_100k_flows lifecycle own_rate own_rate_small_urgent; do
 		traffic_args+=(-x "$t")
 	done
 	for t in tbf_memory htb_limit drr_memory hfsc_limit ets_memory; do
@@ -90,7 +94,7 @@ fi
 if [ "$kernel" != debug ]; then
 	run 190 /usr/bin/python3 selftests/tdc.py -f selftests/tc-tests/*.json
 fi
-run "$(est 430 570)" /usr/bin/python3 selftests/p3_traffic.py "${traffic_args[@]}" --prefix "$kernel: "
+run "$(est 430 520)" /usr/bin/python3 selftests/p3_traffic.py "${traffic_args[@]}" --prefix "$kernel: "
 run "$(est 345 300)" /usr/bin/python3 selftests/p3_overload.py "${overload_args[@]}" --prefix "$kernel: "
 run "$(est 75 225)" /usr/bin/python3 selftests/p3_deadline.py --prefix "$kernel: "
 if [ -x userlib/tests/vm_integration.sh ]; then
