@@ -155,8 +155,9 @@ if [ $quick -eq 1 ]; then
 	# Measured on this machine (2026-11-24/25): 175, 189, 261 s; tdc
 	# 318 s and the boot about 75. vm's suites skip themselves in the
 	# guest (its --deadline, below); its estimate is what is worth a
-	# boot: the boot, the traffic suite (568 s of the whole 1,343,
-	# session 33) and the checks after. Under-estimating a suite would let it
+	# boot: the boot, the traffic suite (run-vm-tests.sh's debug
+	# estimate, 520 s) and the checks after (49 s in session 33; the
+	# whole suite took 1,343 s alone). Under-estimating a suite would let it
 	# start and then run into the deadline, a failure; over, a visible
 	# skip. The fuzzer's 1,000 requests: the boot and a third of the
 	# 3,000's 100 s, rounded down (each phase's traffic check does not
