@@ -843,6 +843,9 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         "ideal_iter_s": ideal["iter_s"], "ideal_bound": ideal["bound"],
         "compute_s": ideal["compute_s"], "link_s": ideal["link_s"],
         "wall_s": wall, "cpu_busy": 1 - di / dt if dt else None,
+        # vm-run passes P3_* in: how many host threads ran the vCPUs
+        "tcg_thread": os.environ.get("P3_VM_TCG_THREAD", "single")
+        if os.environ.get("P3_VM") else None,
         "cpu_split": split, "cpu_procs": pcpu,
         "wakeups_per_iter": pwake, "rw_calls_per_iter": pcalls,
         "qdisc": q, "tcp": tcp, "link_util": util,
