@@ -38,11 +38,13 @@ SLICE_BYTES = 4096
 # vanish at 81% and come back at 55% with --compute-s 6.
 CPU_BOUND = 0.65
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
-# p3kernel's levels: bands 0..7, one socket each per peer; band 8 is left
-# to untagged traffic (the default band).  libp3's default too: eight were
-# 0.8-3.7% faster than fifteen at VGG-19's 2 Gbit/s point in four boots
-# (docs/benchmarks.md, "Why the kernel mode trails").
-TRAIN_BANDS = 8
+# p3kernel's levels: bands 0..3, one socket each per peer; band 4 is left
+# to untagged traffic (the default band).  Fewer sockets cost the VM less:
+# where its CPU ran short, four were 0.6-3.4% faster than eight at
+# VGG-19's network-bound points and never slower elsewhere beyond noise
+# (session 35, docs/benchmarks.md "Four bands"); with CPU to spare the two
+# were level (session 17), and fifteen were slower than eight.
+TRAIN_BANDS = 4
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
 # on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
