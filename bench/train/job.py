@@ -42,8 +42,9 @@ BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 # to untagged traffic (the default band).  Fewer sockets cost the VM less:
 # where its CPU ran short, four were 0.6-3.4% faster than eight at
 # VGG-19's network-bound points and never slower elsewhere beyond noise
-# (session 35, docs/benchmarks.md "Four bands"); with CPU to spare the two
-# were level (session 17), and fifteen were slower than eight.
+# (session 35, docs/benchmarks.md "A host thread per vCPU, and four
+# bands"); with CPU to spare the two were level (session 17), and fifteen
+# were slower than eight.
 TRAIN_BANDS = 4
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps

@@ -224,11 +224,11 @@ def health(runs):
             "more: there the emulator's own CPU may set the pace, not the "
             "link (run again with a larger --compute-s, or "
             "P3_TRAIN_COMPUTE_S for run.sh)." if hot else "")
-    tcg = sorted({r["tcg_thread"] for r in runs if r.get("tcg_thread")})
+    threads = sorted({r["tcg_thread"] for r in runs if r.get("tcg_thread")})
     how = {"single": "both vCPUs on one host thread",
            "multi": "a host thread per vCPU"}
-    tcg = (f"  QEMU ran {' or '.join(how.get(t, t) for t in tcg)}."
-           if tcg else "")
+    tcg = (f"  QEMU ran {' or '.join(how.get(t, t) for t in threads)}."
+           if threads else "")
     return (f"{len(runs)} runs; VM CPU busy median {statistics.median(busy):.0%}"
             f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.{tcg}"
             f"{warn}")
