@@ -9,7 +9,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import events   # noqa: E402
 import job      # noqa: E402
+import kcount   # noqa: E402
 import models   # noqa: E402
 import steady   # noqa: E402
 import traces   # noqa: E402
@@ -146,6 +148,26 @@ def main():
            steady.mean_iter(rec, 2, 4)]
     t.ok(got == [11.0 / 3, 3.0, None],
          f"steady.mean_iter skips the warm-up: {got}")
+
+    # kcount: hist keys lose pids and addresses, so threads of a name add
+    key = kcount._key("common_pid: w-sender        [       351], "
+                      "id: sys_poll                      [  7]")
+    t.ok(key == "w-sender sys_poll", f"kcount._key: {key!r}")
+    key = kcount._key("function: [ffffffff8183ae40] qdisc_watchdog")
+    t.ok(key == "qdisc_watchdog", f"kcount._key, a symbol: {key!r}")
+    a = {"sys_enter": {"w-sender sys_poll": 10, "p3-chan sys_read": 4}}
+    b = {"sys_enter": {"w-sender sys_poll": 30, "p3-chan sys_read": 4,
+                       "s-sender sys_poll": 8}}
+    got = kcount.per_iteration(a, b, 4)
+    want = {"sys_enter": {"total": 7.0, "by": {"w-sender sys_poll": 5.0,
+                                               "s-sender sys_poll": 2.0}}}
+    t.ok(got == want, f"kcount.per_iteration: {got}")
+    # events.py: system calls add up by kind over threads
+    rows = events.flatten(got)
+    t.ok(rows["event"] == {"sys_enter": 7.0}
+         and rows["system call"] == {"sys_poll": 7.0}
+         and rows["thread: system call"]["s-sender: sys_poll"] == 2.0,
+         f"events.flatten: {rows}")
     return t.done()
 
 

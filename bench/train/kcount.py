@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Exact kernel event counts over a window (emulate.py --count-events).
+
+Guest CPU time is no measure of work under TCG: the guest's clock is the
+host's, so a task is charged the time its vCPU thread waited for a host
+core (docs/benchmarks.md, "A host thread per vCPU, and four bands").
+Counts are exact whatever the host does: every system call by thread and
+kind, context switches, softirqs by vector, hrtimer expiries by handler,
+and calls of the functions that do the per-packet and per-socket work.
+They come from tracefs hist triggers, which count in the kernel and are
+read only at the window's ends.  Tracing costs the guest CPU, so a run's
+timings with counts on are not comparable to one without.
+"""
+import collections
+import os
+import re
+import subprocess
+
+TRACEFS = "/sys/kernel/tracing"
+GROUP = "p3count"
+# Entry probes; a function that is missing (another kernel, a module not
+# loaded) is skipped, and the record says which were counted.
+PROBES = ("tcp_sendmsg", "tcp_recvmsg", "tcp_poll", "tcp_write_xmit",
+          "__tcp_transmit_skb", "tcp_v4_rcv", "tcp_ack", "tcp_send_ack",
+          "tcp_tsq_handler", "tcp_delack_timer_handler", "__qdisc_run",
+          "p3_enqueue", "p3_dequeue", "tbf_enqueue", "tbf_dequeue")
+# (event, hist keys): the thread name keys every count that has no better
+# key, so that the record shows who did the work.
+EVENTS = (("raw_syscalls/sys_enter", "common_pid.execname,id.syscall"),
+          ("sched/sched_switch", "common_pid.execname"),
+          ("irq/softirq_entry", "vec"),
+          ("timer/hrtimer_expire_entry", "function.sym"),
+          ("net/net_dev_xmit", "common_pid.execname"))
+SIZE = 8192                         # hist entries (threads x syscalls)
+SOFTIRQS = ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL",
+            "TASKLET", "SCHED", "HRTIMER", "RCU")     # by vector number
+
+
+def _trigger(keys):
+    return f"hist:keys={keys}:vals=hitcount:size={SIZE}"
+
+
+def _write(path, text, append=True):
+    with open(path, "a" if append else "w") as f:
+        f.write(text + "\n")
+
+
+def _key(raw):
+    """A hist key without pids and addresses, so that the threads of one
+    name add up: "common_pid: w-sender [ 351], id: sys_poll [ 7]" ->
+    "w-sender sys_poll"."""
+    raw = re.sub(r"\[\s*[0-9a-fx]+\]", "", raw)
+    raw = re.sub(r"\b(common_pid|id|function|vec):\s*", "", raw)
+    return " ".join(raw.replace(",", " ").split())
+
+
+class EventCounts:
+    """Counts from construction until close(); snapshot() reads them."""
+
+    def __init__(self, log=None):
+        if not os.path.isdir(os.path.join(TRACEFS, "events")):
+            subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS],
+                           check=True)
+        # The qdiscs' functions exist once their modules are loaded.
+        for mod in ("sch_tbf", "sch_p3"):
+            subprocess.run(["modprobe", "-q", mod], check=False)
+        self.events = []
+        kp = os.path.join(TRACEFS, "kprobe_events")
+        for fn in PROBES:
+            try:
+                _write(kp, f"p:{GROUP}/{fn} {fn}")
+            except OSError:
+                if log:
+                    log(f"count-events: no probe on {fn}")
+                continue
+            self.events.append((f"{GROUP}/{fn}", "common_pid.execname"))
+        self.events += list(EVENTS)
+        for ev, keys in self.events:
+            _write(self._path(ev, "trigger"), _trigger(keys))
+
+    @staticmethod
+    def _path(ev, name):
+        return os.path.join(TRACEFS, "events", ev, name)
+
+    def snapshot(self):
+        """{event: {key: count}} since construction."""
+        out = {}
+        for ev, _ in self.events:
+            c = collections.Counter()
+            with open(self._path(ev, "hist")) as f:
+                for line in f:
+                    m = re.match(r"\{ (.*) \} hitcount:\s+(\d+)", line)
+                    if not m:
+                        continue
+                    key = _key(m.group(1))
+                    if (ev == "irq/softirq_entry" and key.isdigit()
+                            and int(key) < len(SOFTIRQS)):
+                        key = SOFTIRQS[int(key)]
+                    c[key] += int(m.group(2))
+            out[ev.split("/")[-1]] = c
+        return out
+
+    def close(self):
+        for ev, keys in self.events:
+            try:
+                _write(self._path(ev, "trigger"), "!" + _trigger(keys))
+            except OSError:
+                pass
+        for ev, _ in self.events:
+            if ev.startswith(GROUP + "/"):
+                try:
+                    _write(os.path.join(TRACEFS, "kprobe_events"),
+                           "-:" + ev)
+                except OSError:
+                    pass
+
+
+def per_iteration(a, b, iterations):
+    """(b - a) / iterations, per event: the total and, where the key says
+    more than the total, each key."""
+    out = {}
+    for ev in b:
+        d = {k: (v - a.get(ev, {}).get(k, 0)) / iterations
+             for k, v in b[ev].items()}
+        d = {k: round(v, 1) for k, v in d.items() if v}
+        out[ev] = {"total": round(sum(d.values()), 1), "by": d}
+    return out
