@@ -48,6 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import job as jobmod    # noqa: E402  (puts userlib/python on sys.path)
+import kcount           # noqa: E402
 import models           # noqa: E402
 import p3               # noqa: E402
 
@@ -263,6 +264,18 @@ def thread_stats(pids):
                    int(io["syscr"]) + int(io["syscw"])]
             out[name] = [a + b for a, b in zip(out.get(name, [0, 0, 0]), now)]
     return out
+
+
+def clocksource():
+    """The kernel's clock source.  Under TCG it matters: on hpet every
+    clock read is an emulated device access and clock_gettime() a system
+    call (docs/benchmarks.md, "Exact counts, and the guest's clock")."""
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/"
+                  "current_clocksource") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def tx_bytes(dev="eth0"):
@@ -734,9 +747,11 @@ def calibrate(cluster, rate, seconds=3.0):
 # ------------------------------------------------------------ one run
 
 def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
-            trace=False):
+            trace=False, counts=None):
     """Runs job @j once; returns the result record.  @trace adds when
-    every push and pull of every key arrived (trace_servers, trace_w0)."""
+    every push and pull of every key arrived (trace_servers, trace_w0);
+    @counts (a kcount.EventCounts) the kernel's event counts per
+    iteration (events_per_iter), over the same window as the CPU."""
     cluster.shape(j.mode, j.rate, j.train_bands)
     ideal = j.ideal()
     tcp0 = cluster.nstat()
@@ -766,6 +781,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
             time.sleep(2.0)         # let the uploads reach steady state
         cpu0 = cpu_times()
         th0 = thread_stats([c.pid for c in kids])
+        ev0 = counts.snapshot() if counts else None
         t0 = time.monotonic()
         for c in job_kids:
             c.send({"cmd": "go"})
@@ -788,6 +804,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         wall = time.monotonic() - t0
         cpu1 = cpu_times()
         th1 = thread_stats([c.pid for c in kids])
+        ev1 = counts.snapshot() if counts else None
         # Per thread name, CPU seconds per second of the run, and the
         # wake-ups and read/write system calls per timed iteration's
         # worth of the run (the warm-up included).
@@ -846,9 +863,12 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         # vm-run passes P3_* in: how many host threads ran the vCPUs
         "tcg_thread": os.environ.get("P3_VM_TCG_THREAD", "single")
         if os.environ.get("P3_VM") else None,
+        "clocksource": clocksource(),
         "cpu_split": split, "cpu_procs": pcpu,
         "wakeups_per_iter": pwake, "rw_calls_per_iter": pcalls,
         "qdisc": q, "tcp": tcp, "link_util": util,
+        "events_per_iter": kcount.per_iteration(ev0, ev1, iterations_run)
+        if counts else None,
         "worker_tx_per_iter": sum(wb) / len(wb),
         "trace_w0": res["w0"]["result"]["trace"],
         "starts_w0": res["w0"]["result"]["starts"],
@@ -930,6 +950,10 @@ def main():
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",
                     help="leave the namespaces up afterwards")
+    ap.add_argument("--count-events", action="store_true",
+                    help="count system calls, context switches, softirqs, "
+                    "timers and TCP/qdisc function calls per iteration "
+                    "(exact; tracing slows the guest)")
     args = ap.parse_args()
     if os.geteuid():
         sys.exit("emulate.py: needs root (run it in the VM: selftests/vm-run)")
@@ -981,7 +1005,10 @@ def main():
         f"{' and a storage host' if args.bulk != 'none' else ''} up; "
         f"{len(plan)} runs")
     failed = 0
+    counts = None
     try:
+        if args.count_events:
+            counts = kcount.EventCounts(log)
         if args.calibrate:
             rates = sorted({jobmod.Job(profiles[m], "fifo", args.workers,
                                        args.servers, g, args.compute_s,
@@ -1005,7 +1032,8 @@ def main():
                 prog = (lambda m, tag=tag: log(f"    {tag}: {m}")) \
                     if args.progress else None
                 rec = run_one(cluster, j, args.iters, args.warmup, bulk,
-                              7000 + 10 * (n % 200), prog, args.trace)
+                              7000 + 10 * (n % 200), prog, args.trace,
+                              counts)
             except Exception as e:          # one bad run must not end a sweep
                 failed += 1
                 log(f"{tag}: FAILED: {e}")
@@ -1029,6 +1057,8 @@ def main():
             out.write(json.dumps(rec) + "\n")
             out.flush()
     finally:
+        if counts:
+            counts.close()
         if not args.keep:
             cluster.down()
     return 1 if failed else 0

@@ -229,6 +229,9 @@ def health(runs):
            "multi": "a host thread per vCPU"}
     tcg = (f"  QEMU ran {' or '.join(how.get(t, t) for t in threads)}."
            if threads else "")
+    clocks = sorted({r["clocksource"] for r in runs if r.get("clocksource")})
+    tcg += (f"  The guest's clock source: {' or '.join(clocks)}."
+            if clocks else "")
     return (f"{len(runs)} runs; VM CPU busy median {statistics.median(busy):.0%}"
             f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.{tcg}"
             f"{warn}")
