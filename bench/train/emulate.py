@@ -269,7 +269,7 @@ def thread_stats(pids):
 def clocksource():
     """The kernel's clock source.  Under TCG it matters: on hpet every
     clock read is an emulated device access and clock_gettime() a system
-    call (docs/benchmarks.md, "Exact counts, and the guest's clock")."""
+    call (docs/benchmarks.md, "Exact counts per iteration (session 36)")."""
     try:
         with open("/sys/devices/system/clocksource/clocksource0/"
                   "current_clocksource") as f:
@@ -747,11 +747,12 @@ def calibrate(cluster, rate, seconds=3.0):
 # ------------------------------------------------------------ one run
 
 def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
-            trace=False, counts=None):
+            trace=False, count_events=False):
     """Runs job @j once; returns the result record.  @trace adds when
     every push and pull of every key arrived (trace_servers, trace_w0);
-    @counts (a kcount.EventCounts) the kernel's event counts per
-    iteration (events_per_iter), over the same window as the CPU."""
+    @count_events the kernel's event counts per iteration (events_per_iter),
+    over the same window as the CPU, in tables of this run's own (a
+    table keyed by thread fills up over a sweep's threads)."""
     cluster.shape(j.mode, j.rate, j.train_bands)
     ideal = j.ideal()
     tcp0 = cluster.nstat()
@@ -762,6 +763,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
            "worker_ips": [ip for _, ip in cluster.workers],
            "server_ips": [ip for _, ip in cluster.servers]}
     kids = []
+    counts = kcount.EventCounts(log) if count_events else None
     try:
         if bulk:
             kids.append(Child("store", cluster.ns("store"), store_main, cfg))
@@ -818,6 +820,8 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     finally:
         for c in reversed(kids):
             c.kill()
+        if counts:
+            counts.close()
     q = cluster.qdisc_stats()
     tcp1 = cluster.nstat()
     tcp = {k: tcp1[k] - tcp0[k] for k in tcp0}
@@ -1005,10 +1009,7 @@ def main():
         f"{' and a storage host' if args.bulk != 'none' else ''} up; "
         f"{len(plan)} runs")
     failed = 0
-    counts = None
     try:
-        if args.count_events:
-            counts = kcount.EventCounts(log)
         if args.calibrate:
             rates = sorted({jobmod.Job(profiles[m], "fifo", args.workers,
                                        args.servers, g, args.compute_s,
@@ -1033,7 +1034,7 @@ def main():
                     if args.progress else None
                 rec = run_one(cluster, j, args.iters, args.warmup, bulk,
                               7000 + 10 * (n % 200), prog, args.trace,
-                              counts)
+                              args.count_events)
             except Exception as e:          # one bad run must not end a sweep
                 failed += 1
                 log(f"{tag}: FAILED: {e}")
@@ -1057,8 +1058,6 @@ def main():
             out.write(json.dumps(rec) + "\n")
             out.flush()
     finally:
-        if counts:
-            counts.close()
         if not args.keep:
             cluster.down()
     return 1 if failed else 0

@@ -40,9 +40,15 @@ def _trigger(keys):
     return f"hist:keys={keys}:vals=hitcount:size={SIZE}"
 
 
-def _write(path, text, append=True):
-    with open(path, "a" if append else "w") as f:
-        f.write(text + "\n")
+def _write(path, text):
+    """One write(2) of a tracefs command.  Not open(path, "a"): Python
+    seeks to the end of a file it appends to, and kprobe_events refuses
+    the seek (EINVAL)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (text + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _key(raw):
@@ -52,6 +58,21 @@ def _key(raw):
     raw = re.sub(r"\[\s*[0-9a-fx]+\]", "", raw)
     raw = re.sub(r"\b(common_pid|id|function|vec):\s*", "", raw)
     return " ".join(raw.replace(",", " ").split())
+
+
+def _current_comm(raw):
+    """The thread's name now, for "common_pid: NAME [PID]": execname is
+    the name the kernel saw first, and the emulator names its threads
+    (prctl) after they start."""
+    m = re.search(r"common_pid: (\S+)\s+\[\s*(\d+)\]", raw)
+    if not m:
+        return raw
+    try:
+        with open(f"/proc/{m.group(2)}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return raw
+    return raw[:m.start(1)] + name + raw[m.end(1):]
 
 
 class EventCounts:
@@ -92,7 +113,7 @@ class EventCounts:
                     m = re.match(r"\{ (.*) \} hitcount:\s+(\d+)", line)
                     if not m:
                         continue
-                    key = _key(m.group(1))
+                    key = _key(_current_comm(m.group(1)))
                     if (ev == "irq/softirq_entry" and key.isdigit()
                             and int(key) < len(SOFTIRQS)):
                         key = SOFTIRQS[int(key)]
