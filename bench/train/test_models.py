@@ -15,6 +15,7 @@ import kcount   # noqa: E402
 import models   # noqa: E402
 import steady   # noqa: E402
 import traces   # noqa: E402
+import waits    # noqa: E402
 
 
 class Tap:
@@ -148,6 +149,21 @@ def main():
            steady.mean_iter(rec, 2, 4)]
     t.ok(got == [11.0 / 3, 3.0, None],
          f"steady.mean_iter skips the warm-up: {got}")
+
+    # waits.py: VGG-19's forward pass (layers of 0.01 s each here) starts
+    # 0.5 s after backward ends and waits 0.3 s more for fc6
+    j = job.Job(profiles["vgg19"], "p3kernel")
+    L = len(j.fwd)
+    j.fwd = [0.01] * L
+    fc6 = [la["name"] for la in j.profile["layers"]].index("fc6")
+    arrive = [[0.0] * L, [10.0] * L]
+    arrive[1][fc6] = 10.0 + 0.01 * fc6 + 0.3
+    rec = {"warmup": 1, "starts_w0": [0.0, 10.0, 20.0],
+           "trace_w0": {"bwd_end": [9.5, 19.5], "arrive": arrive}}
+    first, later = waits.waits(rec, j)
+    t.ok(abs(first - 0.5) < 1e-9 and list(later) == ["fc6"]
+         and abs(later["fc6"] - 0.3) < 1e-9,
+         f"waits.waits: first {first}, later {later}")
 
     # kcount: hist keys lose pids and addresses, so threads of a name add
     key = kcount._key("common_pid: w-sender        [       351], "
