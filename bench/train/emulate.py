@@ -267,9 +267,11 @@ def thread_stats(pids):
 
 
 def clocksource():
-    """The kernel's clock source.  Under TCG it matters: on hpet every
-    clock read is an emulated device access and clock_gettime() a system
-    call (docs/benchmarks.md, "Exact counts per iteration (session 36)")."""
+    """The kernel's clock source.  Under TCG the kernel leaves the TSC
+    for the emulated HPET, where every clock read is a device access and
+    clock_gettime() a system call; on the TSC the VM was no less busy
+    (docs/benchmarks.md, "Exact counts, and where the forward pass
+    waits"), but a record should say which clock it ran on."""
     try:
         with open("/sys/devices/system/clocksource/clocksource0/"
                   "current_clocksource") as f:
