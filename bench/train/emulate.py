@@ -873,7 +873,8 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         "cpu_split": split, "cpu_procs": pcpu,
         "wakeups_per_iter": pwake, "rw_calls_per_iter": pcalls,
         "qdisc": q, "tcp": tcp, "link_util": util,
-        "events_per_iter": kcount.per_iteration(ev0, ev1, iterations_run)
+        "events_per_iter": kcount.per_iteration(ev0, ev1, iterations_run,
+                                                counts.names)
         if counts else None,
         "worker_tx_per_iter": sum(wb) / len(wb),
         "trace_w0": res["w0"]["result"]["trace"],

@@ -51,48 +51,56 @@ def _write(path, text):
         os.close(fd)
 
 
-def _key(raw):
+PID = re.compile(r"common_pid: (\S+)\s+\[\s*(\d+)\]")
+
+
+def _key(raw, names=None):
     """A hist key without pids and addresses, so that the threads of one
-    name add up: "common_pid: w-sender [ 351], id: sys_poll [ 7]" ->
-    "w-sender sys_poll"."""
+    name add up: "common_pid: w-main [ 351], id: sys_poll [ 7]" ->
+    "w-sender sys_poll" when @names says thread 351 is w-sender now (the
+    hist's execname is the name the kernel saw first, and the emulator
+    names its threads after they start)."""
+    m = PID.search(raw)
+    if m and names and m.group(2) in names:
+        raw = raw[:m.start(1)] + names[m.group(2)] + raw[m.end(1):]
     raw = re.sub(r"\[\s*[0-9a-fx]+\]", "", raw)
     raw = re.sub(r"\b(common_pid|id|function|vec):\s*", "", raw)
-    return " ".join(raw.replace(",", " ").split())
-
-
-def _current_comm(raw):
-    """The thread's name now, for "common_pid: NAME [PID]": execname is
-    the name the kernel saw first, and the emulator names its threads
-    (prctl) after they start."""
-    m = re.search(r"common_pid: (\S+)\s+\[\s*(\d+)\]", raw)
-    if not m:
-        return raw
-    try:
-        with open(f"/proc/{m.group(2)}/comm") as f:
-            name = f.read().strip()
-    except OSError:
-        return raw
-    return raw[:m.start(1)] + name + raw[m.end(1):]
+    key = " ".join(raw.replace(",", " ").split())
+    # softirq vectors are the only keys that are bare numbers
+    if key.isdigit() and int(key) < len(SOFTIRQS):
+        key = SOFTIRQS[int(key)]
+    return key
 
 
 class EventCounts:
-    """Counts from construction until close(); snapshot() reads them."""
+    """Counts from construction until close(); snapshot() reads them.
+    Tracing state is shared by the whole guest, so setup clears what an
+    earlier, killed run may have left, and a failed setup undoes itself."""
 
     def __init__(self, log=None):
+        self.log = log or (lambda msg: None)
+        self.events, self.names = [], {}
         if not os.path.isdir(os.path.join(TRACEFS, "events")):
             subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS],
                            check=True)
         # The qdiscs' functions exist once their modules are loaded.
         for mod in ("sch_tbf", "sch_p3"):
             subprocess.run(["modprobe", "-q", mod], check=False)
-        self.events = []
+        self._clear([(f"{GROUP}/{fn}", "common_pid.execname")
+                     for fn in PROBES] + list(EVENTS), quiet=True)
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self):
         kp = os.path.join(TRACEFS, "kprobe_events")
         for fn in PROBES:
             try:
                 _write(kp, f"p:{GROUP}/{fn} {fn}")
-            except OSError:
-                if log:
-                    log(f"count-events: no probe on {fn}")
+            except OSError as e:
+                self.log(f"count-events: no probe on {fn} ({e.strerror})")
                 continue
             self.events.append((f"{GROUP}/{fn}", "common_pid.execname"))
         self.events += list(EVENTS)
@@ -104,7 +112,8 @@ class EventCounts:
         return os.path.join(TRACEFS, "events", ev, name)
 
     def snapshot(self):
-        """{event: {key: count}} since construction."""
+        """{event: {raw hist key: count}} since construction.  Each
+        thread's name as it is now goes to self.names."""
         out = {}
         for ev, _ in self.events:
             c = collections.Counter()
@@ -113,36 +122,54 @@ class EventCounts:
                     m = re.match(r"\{ (.*) \} hitcount:\s+(\d+)", line)
                     if not m:
                         continue
-                    key = _key(_current_comm(m.group(1)))
-                    if (ev == "irq/softirq_entry" and key.isdigit()
-                            and int(key) < len(SOFTIRQS)):
-                        key = SOFTIRQS[int(key)]
-                    c[key] += int(m.group(2))
+                    c[m.group(1)] += int(m.group(2))
+                    pid = PID.search(m.group(1))
+                    if pid:
+                        self._name(pid.group(2))
             out[ev.split("/")[-1]] = c
         return out
 
-    def close(self):
-        for ev, keys in self.events:
+    def _name(self, pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                self.names[pid] = f.read().strip()
+        except OSError:
+            pass            # gone: the last name seen, or the hist's
+
+    def _clear(self, events, quiet=False):
+        for ev, keys in events:
             try:
                 _write(self._path(ev, "trigger"), "!" + _trigger(keys))
-            except OSError:
-                pass
-        for ev, _ in self.events:
+            except OSError as e:
+                if not quiet:
+                    self.log(f"count-events: {ev}: trigger stays "
+                             f"({e.strerror})")
+        for ev, _ in events:
             if ev.startswith(GROUP + "/"):
                 try:
                     _write(os.path.join(TRACEFS, "kprobe_events"),
                            "-:" + ev)
-                except OSError:
-                    pass
+                except OSError as e:
+                    if not quiet:
+                        self.log(f"count-events: {ev}: probe stays "
+                                 f"({e.strerror})")
+
+    def close(self):
+        self._clear(self.events)
+        self.events = []
 
 
-def per_iteration(a, b, iterations):
-    """(b - a) / iterations, per event: the total and, where the key says
-    more than the total, each key."""
+def per_iteration(a, b, iterations, names=None):
+    """(b - a) / iterations, per event: the total and each key, with
+    threads named by @names (pid -> name).  Differences are taken per
+    thread before threads of one name are added up."""
     out = {}
     for ev in b:
-        d = {k: (v - a.get(ev, {}).get(k, 0)) / iterations
-             for k, v in b[ev].items()}
-        d = {k: round(v, 1) for k, v in d.items() if v}
+        d = collections.Counter()
+        for raw, v in b[ev].items():
+            diff = v - a.get(ev, {}).get(raw, 0)
+            if diff:
+                d[_key(raw, names)] += diff / iterations
+        d = {k: round(v, 1) for k, v in d.items() if round(v, 1)}
         out[ev] = {"total": round(sum(d.values()), 1), "by": d}
     return out

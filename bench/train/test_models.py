@@ -165,21 +165,27 @@ def main():
          and abs(later["fc6"] - 0.3) < 1e-9,
          f"waits.waits: first {first}, later {later}")
 
-    # kcount: hist keys lose pids and addresses, so threads of a name add
-    key = kcount._key("common_pid: w-sender        [       351], "
-                      "id: sys_poll                      [  7]")
+    # kcount: hist keys lose pids and addresses, threads take the name
+    # they have now, and differences are per thread before names add up
+    raw = ("common_pid: w-main        [       351], "
+           "id: sys_poll                      [  7]")
+    key = kcount._key(raw, {"351": "w-sender"})
     t.ok(key == "w-sender sys_poll", f"kcount._key: {key!r}")
     key = kcount._key("function: [ffffffff8183ae40] qdisc_watchdog")
     t.ok(key == "qdisc_watchdog", f"kcount._key, a symbol: {key!r}")
-    a = {"sys_enter": {"w-sender sys_poll": 10, "p3-chan sys_read": 4}}
-    b = {"sys_enter": {"w-sender sys_poll": 30, "p3-chan sys_read": 4,
-                       "s-sender sys_poll": 8}}
-    got = kcount.per_iteration(a, b, 4)
-    want = {"sys_enter": {"total": 7.0, "by": {"w-sender sys_poll": 5.0,
-                                               "s-sender sys_poll": 2.0}}}
+    t.ok(kcount._key("vec:          3") == "NET_RX", "kcount._key, a softirq")
+    a = {"sys_enter": {"common_pid: w-main [ 351], id: sys_poll [ 7]": 10,
+                       "common_pid: w-main [ 352], id: sys_poll [ 7]": 6}}
+    b = {"sys_enter": {"common_pid: w-main [ 351], id: sys_poll [ 7]": 30,
+                       "common_pid: w-main [ 352], id: sys_poll [ 7]": 6,
+                       "common_pid: w-main [ 353], id: sys_poll [ 7]": 8}}
+    got = kcount.per_iteration(a, b, 4, {"351": "w-sender", "353": "w-sender",
+                                         "352": "w-receive"})
+    want = {"sys_enter": {"total": 7.0, "by": {"w-sender sys_poll": 7.0}}}
     t.ok(got == want, f"kcount.per_iteration: {got}")
     # events.py: system calls add up by kind over threads
-    rows = events.flatten(got)
+    rows = events.flatten({"sys_enter": {"total": 7.0, "by": {
+        "w-sender sys_poll": 5.0, "s-sender sys_poll": 2.0}}})
     t.ok(rows["event"] == {"sys_enter": 7.0}
          and rows["system call"] == {"sys_poll": 7.0}
          and rows["thread: system call"]["s-sender: sys_poll"] == 2.0,

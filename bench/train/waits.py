@@ -30,6 +30,8 @@ def waits(rec, job):
     tw, starts, warmup = rec["trace_w0"], rec["starts_w0"], rec["warmup"]
     names = [la["name"] for la in job.profile["layers"]]
     timed = range(warmup, len(starts) - 1)
+    if not timed:
+        return 0.0, {}
     first, later = 0.0, collections.Counter()
     for it in timed:
         first += starts[it] - tw["bwd_end"][it - 1] if it else 0.0
@@ -59,7 +61,7 @@ def main():
                 rec = json.loads(line)
             except ValueError:
                 sys.exit(f"{args.results}:{n}: not JSON")
-            if "trace_w0" not in rec or not rec.get("trace_w0"):
+            if not rec.get("trace_w0"):
                 continue
             first, later = waits(rec, traces.job_of(rec))
             longest = sorted(later.items(), key=lambda x: -x[1])
