@@ -9,7 +9,8 @@ Per run, means over the timed iterations: how long the forward pass
 waited for its first layer after the previous backward pass ended, and
 at which later layers it waited again.  Priority can shorten the first
 wait; once the pass waits at a late layer, the iteration ends when that
-layer's last bytes arrive, which only the link's throughput decides.
+layer's last bytes arrive, which the order of the layers before it no
+longer changes.
 """
 import argparse
 import collections
