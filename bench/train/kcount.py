@@ -36,6 +36,11 @@ SOFTIRQS = ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL",
             "TASKLET", "SCHED", "HRTIMER", "RCU")     # by vector number
 
 
+def _probe(fn):
+    """The (event, hist keys) of the entry probe on @fn."""
+    return (f"{GROUP}/{fn}", "common_pid.execname")
+
+
 def _trigger(keys):
     return f"hist:keys={keys}:vals=hitcount:size={SIZE}"
 
@@ -86,8 +91,8 @@ class EventCounts:
         # The qdiscs' functions exist once their modules are loaded.
         for mod in ("sch_tbf", "sch_p3"):
             subprocess.run(["modprobe", "-q", mod], check=False)
-        self._clear([(f"{GROUP}/{fn}", "common_pid.execname")
-                     for fn in PROBES] + list(EVENTS), quiet=True)
+        self._clear([_probe(fn) for fn in PROBES] + list(EVENTS),
+                    quiet=True)
         try:
             self._setup()
         except BaseException:
@@ -102,7 +107,7 @@ class EventCounts:
             except OSError as e:
                 self.log(f"count-events: no probe on {fn} ({e.strerror})")
                 continue
-            self.events.append((f"{GROUP}/{fn}", "common_pid.execname"))
+            self.events.append(_probe(fn))
         self.events += list(EVENTS)
         for ev, keys in self.events:
             _write(self._path(ev, "trigger"), _trigger(keys))
@@ -114,7 +119,7 @@ class EventCounts:
     def snapshot(self):
         """{event: {raw hist key: count}} since construction.  Each
         thread's name as it is now goes to self.names."""
-        out = {}
+        out, seen = {}, set()
         for ev, _ in self.events:
             c = collections.Counter()
             with open(self._path(ev, "hist")) as f:
@@ -124,7 +129,8 @@ class EventCounts:
                         continue
                     c[m.group(1)] += int(m.group(2))
                     pid = PID.search(m.group(1))
-                    if pid:
+                    if pid and pid.group(2) not in seen:
+                        seen.add(pid.group(2))
                         self._name(pid.group(2))
             out[ev.split("/")[-1]] = c
         return out

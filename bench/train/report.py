@@ -227,13 +227,13 @@ def health(runs):
     threads = sorted({r["tcg_thread"] for r in runs if r.get("tcg_thread")})
     how = {"single": "both vCPUs on one host thread",
            "multi": "a host thread per vCPU"}
-    tcg = (f"  QEMU ran {' or '.join(how.get(t, t) for t in threads)}."
-           if threads else "")
+    qemu = (f"  QEMU ran {' or '.join(how.get(t, t) for t in threads)}."
+            if threads else "")
     clocks = sorted({r["clocksource"] for r in runs if r.get("clocksource")})
-    tcg += (f"  The guest's clock source: {' or '.join(clocks)}."
-            if clocks else "")
+    clock = (f"  The guest's clock source: {' or '.join(clocks)}."
+             if clocks else "")
     return (f"{len(runs)} runs; VM CPU busy median {statistics.median(busy):.0%}"
-            f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.{tcg}"
+            f", max {max(busy):.0%}; qdisc drops in all runs: {drops}.{qemu}{clock}"
             f"{warn}")
 
 

@@ -35,7 +35,8 @@ def waits(rec, job):
         return 0.0, {}
     first, later = 0.0, collections.Counter()
     for it in timed:
-        first += starts[it] - tw["bwd_end"][it - 1] if it else 0.0
+        if it:                  # iteration 0 follows no backward pass
+            first += starts[it] - tw["bwd_end"][it - 1]
         t = starts[it] + job.fwd[0]
         for la in range(1, len(job.fwd)):
             arrived = tw["arrive"][it][la]
