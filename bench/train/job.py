@@ -239,13 +239,15 @@ class Job:
         """The analytic ideal (perfect overlap) for this model, cluster and
         link rate, with P3's slicing and sharding:
 
-          iter = max(C + d0, L/r + f_last + b_last + s/r)
+          iter = max(C + d0 + k0/r, L/r + f_last + b_last + s/r)
 
         C       compute per iteration (all forward and backward layers);
         d0      the first layer's synchronisation, which cannot overlap:
                 its gradient exists only at the end of backward and the
                 next forward needs it first; push and pull pipelined at
-                slice granularity, d0 = max(bytes0 on either link)/r + s/r;
+                slice granularity, d0 = max(bytes0 on either link)/r,
+                and k0, the smallest of its keys, stored and forwarded
+                by a server;
         L       bytes per iteration on the busiest link (every worker link
                 carries the whole model once, each server link its shard
                 for every worker);
@@ -264,9 +266,12 @@ class Job:
         r = ref.rate * GOODPUT
         slice_s = (ref.slice_bytes + FRAME_HDR) / r
         compute = sum(ref.fwd) + sum(ref.bwd)
-        d0 = ref.link_bytes([k for k in ref.keys if k.layer == 0]) / r
+        first = [k for k in ref.keys if k.layer == 0]
+        d0 = ref.link_bytes(first) / r
+        # a server can pass layer 0 on once one of its keys is in
+        key0_s = (min(k.nbytes for k in first) + FRAME_HDR) / r
         link = ref.link_bytes() / r
-        a = compute + d0 + slice_s
+        a = compute + d0 + key0_s
         b = link + ref.fwd[-1] + ref.bwd[-1] + slice_s
         return {"iter_s": max(a, b), "compute_s": compute, "link_s": link,
                 "first_layer_sync_s": d0, "bound": "compute" if a >= b

@@ -13,6 +13,7 @@ import events   # noqa: E402
 import job      # noqa: E402
 import kcount   # noqa: E402
 import models   # noqa: E402
+import simulate  # noqa: E402
 import steady   # noqa: E402
 import traces   # noqa: E402
 import waits    # noqa: E402
@@ -190,7 +191,81 @@ def main():
          and rows["system call"] == {"sys_poll": 7.0}
          and rows["thread: system call"]["s-sender: sys_poll"] == 2.0,
          f"events.flatten: {rows}")
+    simulate_checks(t, profiles)
     return t.done()
+
+
+def one_layer(workers, servers):
+    """A job of one 1,000-parameter layer (one key, to server 0) with 1 s
+    of forward and 2 s of backward, real time = emulated time."""
+    la = {"name": "only", "params": 1000, "fwd_s": 1.0, "bwd_s": 2.0}
+    prof = {"model": "one", "params": 1000, "iter_compute_s": 3.0,
+            "batch": 1, "layers": [la]}
+    return job.Job(prof, "fifo", workers, servers, gbps=0.001)
+
+
+def simulate_checks(t, profiles):
+    # A link takes turns between peers, a packet each, or serves the
+    # most urgent band first, or the most urgent message of all.
+    def key(level, prio):
+        return job.Key(prio, 0, 0, 0, 0, 0, level, prio)
+
+    def order(policy, sends):
+        """(peer, prio) of each 10-byte packet a link sends"""
+        link = simulate.Link(policy, 1.0, 10)
+        for i, (peer, level, prio, nbytes) in enumerate(sends):
+            link.add(simulate.Message((0, prio, i), peer, key(level, prio), 0),
+                     nbytes)
+        out = []
+        while (p := link.next_packet()) is not None:
+            out.append((p[0].peer, p[0].key.prio))
+        return out
+    # (peer, level, prio, bytes), in the order they are queued
+    sends = [(0, 1, 5, 30), (1, 0, 1, 30), (0, 0, 2, 10), (1, 1, 6, 20)]
+    got = {pol: order(pol, sends) for pol in simulate.POLICIES}
+    want = {"fifo": [(0, 5), (1, 1), (0, 5), (1, 1), (0, 5), (1, 1), (0, 2),
+                     (1, 6), (1, 6)],
+            "p3user": [(0, 2), (1, 1), (0, 5), (1, 1), (0, 5), (1, 1), (0, 5),
+                       (1, 6), (1, 6)],
+            "p3kernel": [(0, 2), (1, 1), (1, 1), (1, 1), (0, 5), (1, 6),
+                         (0, 5), (1, 6), (0, 5)],
+            "perfect": [(1, 1), (1, 1), (1, 1), (0, 2), (0, 5), (0, 5), (0, 5),
+                        (1, 6), (1, 6)]}
+    t.ok(got == want, "simulate.Link: packet order per policy", f"{got}")
+    link = simulate.Link("p3user", 1.0, 10)
+    for i, (prio, nbytes) in enumerate(((5, 25), (2, 10))):
+        link.add(simulate.Message((0, prio, i), 0, key(0, prio), 0), nbytes)
+    sent = [link.next_packet() for _ in range(5)]
+    got = [(p[0].key.prio, p[1], p[2]) for p in sent[:4]]
+    t.ok(got == [(2, 10, True), (5, 10, False), (5, 10, False), (5, 5, True)]
+         and sent[4] is None,
+         "simulate.Link: a flow's urgent message first, the rest in "
+         "packets, the last one short", f"{got}")
+
+    # One layer, one key: forward, backward, the push, then the pull,
+    # once per worker from the one server; nothing overlaps.
+    for w in (1, 2):
+        j = one_layer(w, 1)
+        msg_s = (j.layer_bytes[0] + job.FRAME_HDR) / (j.rate * job.GOODPUT)
+        got = simulate.Cluster(j, "fifo").run(iters=3, warmup=1)["iter_s"]
+        want = 3.0 + (1 + w) * msg_s
+        t.ok(abs(got - want) < 1e-9, f"simulate: one layer, {w} worker(s): "
+             f"{got:.6f} s, want 3 s + {1 + w} messages = {want:.6f} s")
+
+    # The ideal is a lower bound on every schedule: checked for every
+    # model, mode and rate of the sweep's grid
+    grid = {"vgg19": (1, 2, 4), "resnet50": (1, 2, 4),
+            "inception3": (0.5, 1, 2), "sockeye": (2, 4, 8)}
+    below = []
+    for name, rates in grid.items():
+        for g in rates:
+            for mode in simulate.SIM_MODES:
+                r = simulate.simulate(profiles[name], mode, g)
+                if r["iter_s"] < r["ideal_iter_s"] * (1 - 1e-9):
+                    below.append(f"{name} {g} {mode} {r['iter_s']:.4f} < "
+                                 f"{r['ideal_iter_s']:.4f}")
+    t.ok(not below, "simulate: no schedule beats the ideal",
+         "\n".join(below))
 
 
 if __name__ == "__main__":
