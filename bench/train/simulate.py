@@ -8,9 +8,12 @@ links.  What each schedule could reach, as a yardstick for emulate.py.
 
 Every host's egress is a link that sends PACKET goodput bytes at a time at
 the goodput rate (rate * 1448/1514) and picks the next packet only when
-the last has left, as a qdisc under a shaper does.  A message (a key, plus
-libp3's frame header) arrives when its last packet has left; the fabric
-adds no delay.  Workers and servers do what emulate.py's do: backward
+the last has left, as a qdisc under a shaper does.  Each of its TCP
+sockets is a stream: libp3 writes a message whole before it starts the
+next, up to COMMIT bytes ahead of the link, and what is written leaves in
+that order, packets spanning messages.  A message (a key, plus libp3's
+frame header) arrives when its last byte has left; the fabric adds no
+delay.  Workers and servers do what emulate.py's do: backward
 pushes each layer's keys as its gradient exists, a server sends a key back
 to every worker once all of them pushed it, a forward layer waits for all
 of its keys.  Which packet a link sends next is the schedule:
@@ -19,19 +22,20 @@ of its keys.  Which packet a link sends next is the schedule:
             sends its messages in the order they were queued: a pfifo
             where every flow keeps one packet, as the emulation's TSQ
             setting makes it (modes fifo and slice);
-  p3user    the flows take turns, and each sends its most urgent message
-            first, by (iteration, forward rank, arrival): libp3's heap
-            over one socket per peer;
+  p3user    the flows take turns, and each writes its most urgent
+            message next, by (iteration, forward rank, arrival): libp3's
+            heap over one socket per peer;
   p3kernel  the most urgent band (level) first, the flows in it taking
             turns, each in libp3's order: sch_p3 over a socket per band;
-  perfect   the most urgent message on the link first, whatever its peer:
-            P3's order with nothing committed, the best a priority
-            schedule can do with these keys.
+  perfect   the most urgent message on the link first, whatever its peer,
+            preempted between any two packets: P3's order with nothing
+            written ahead (no sockets).
 
 Nothing here costs time but the links and the compute, so a schedule's
-figure is what it reaches once the emulator's own CPU, TCP's dynamics and
-its ACKs are taken away.  Run with --compare, it sets the measured
-iteration times of a results file beside the model's.
+figure is what it reaches once the emulator's own CPU, TCP's congestion
+control and its ACKs are taken away.  Run with --compare, it sets the
+measured iteration times and link use of a results file beside the
+model's.
 """
 import argparse
 import collections
@@ -50,6 +54,10 @@ import models           # noqa: E402
 # The emulation's packets: gso_max_size 4096 on every host holds two
 # 1448-byte segments.
 PACKET = 2 * 1448
+# What a socket holds ahead of the link: the one packet TSQ lets into the
+# qdisc (tcp_limit_output_bytes 4096), and TCP_NOTSENT_LOWAT's 4096
+# unsent bytes that libp3 writes before the socket stops taking more.
+COMMIT = PACKET + 4096
 POLICIES = ("fifo", "p3user", "p3kernel", "perfect")
 # The job mode whose keys (plan and sharding) each schedule sends.
 PLAN_OF = {"fifo": "fifo", "slice": "slice", "p3user": "p3user",
@@ -62,67 +70,138 @@ SIM_MODES = tuple(PLAN_OF)
 Message = collections.namedtuple("Message", "order peer key iteration")
 
 
+class Socket:
+    """One TCP socket of a link: messages wait in libp3's heap (or in
+    the order they came, for FIFO), and the socket is written in
+    stream order, a message at a time, up to `commit` bytes ahead of
+    the link, where nothing can overtake them."""
+
+    def __init__(self, ordered):
+        self.ordered = ordered
+        self.waiting = []               # a heap by Message.order, or FIFO
+        self.written = collections.deque()  # [message, bytes] not sent
+        self.unsent = 0
+        self.cur, self.cur_left = None, 0   # the message being written
+
+    def add(self, msg, nbytes):
+        if self.ordered:
+            heapq.heappush(self.waiting, (msg, nbytes))
+        else:
+            self.waiting.append((msg, nbytes))
+
+    def busy(self):
+        return bool(self.unsent or self.cur or self.waiting)
+
+    def fill(self, commit):
+        while self.unsent < commit and (self.cur or self.waiting):
+            if self.cur is None:
+                self.cur, self.cur_left = (heapq.heappop(self.waiting)
+                                           if self.ordered else
+                                           self.waiting.pop(0))
+            n = min(self.cur_left, commit - self.unsent)
+            self.written.append([self.cur, n])
+            self.unsent += n
+            self.cur_left -= n
+            if not self.cur_left:
+                self.cur = None
+
+    def take(self, packet):
+        """(the messages whose last byte it carries, bytes) of the
+        socket's next packet, which may span messages, as TCP's do."""
+        n = min(packet, self.unsent)
+        self.unsent -= n
+        done, left = [], n
+        while left:
+            chunk = self.written[0]
+            k = min(left, chunk[1])
+            chunk[1] -= k
+            left -= k
+            if chunk[1]:
+                break
+            self.written.popleft()
+            if chunk[0] is not self.cur and all(
+                    c[0] is not chunk[0] for c in self.written):
+                done.append(chunk[0])
+        return done, n
+
+
 class Link:
     """One host's shaped egress, sending per its policy."""
 
-    def __init__(self, policy, rate, packet):
+    def __init__(self, policy, rate, packet, commit=None):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy}")
         self.policy, self.rate, self.packet = policy, rate, packet
-        self.queues = collections.defaultdict(list)     # (level, peer)
-        self.left = {}                  # bytes of each message not sent
+        # what a socket holds written ahead of the link: at least the
+        # packet the qdisc holds
+        self.commit = max(packet, commit or 0)
+        self.sockets = {}               # (level, peer) -> Socket
+        self.perfect = []               # the perfect policy's one heap
+        self.left = {}                  # its messages' bytes not sent
         self.turn = 0                   # the peer whose turn comes next
         self.sending = None
+        self.sent = []                  # (start, end) of every packet
+
+    def busy(self, t0, t1):
+        """The share of [t0, t1] spent sending."""
+        return sum(max(0.0, min(b, t1) - max(a, t0))
+                   for a, b in self.sent) / (t1 - t0)
 
     def add(self, msg, nbytes):
-        q = self.queues[(self._level(msg), msg.peer)]
-        if self.policy == "fifo":
-            q.append(msg)               # kept in arrival order
-        else:
-            heapq.heappush(q, msg)      # by (iteration, prio, arrival)
-        self.left[msg] = nbytes
-
-    def _level(self, msg):
-        return msg.key.level if self.policy == "p3kernel" else 0
+        if self.policy == "perfect":
+            heapq.heappush(self.perfect, msg)
+            self.left[msg] = nbytes
+            return
+        level = msg.key.level if self.policy == "p3kernel" else 0
+        sock = self.sockets.get((level, msg.peer))
+        if sock is None:
+            sock = self.sockets[(level, msg.peer)] = \
+                Socket(self.policy != "fifo")
+        sock.add(msg, nbytes)
+        sock.fill(self.commit)          # libp3 writes at once if it can
 
     def next_packet(self):
-        """(message, bytes, whether it is the message's last packet) of
-        the packet to send next, or None when nothing is queued."""
-        live = [qk for qk, q in self.queues.items() if q]
+        """(the messages it completes, bytes) of the packet to send
+        next, or None when nothing is queued."""
+        if self.policy == "perfect":
+            return self._next_perfect()
+        live = [qk for qk, sk in self.sockets.items() if sk.busy()]
         if not live:
             return None
-        if self.policy == "perfect":
-            qk = min(live, key=lambda k: self.queues[k][0])
-        else:
-            level = min(lv for lv, _ in live)
-            peers = sorted(p for lv, p in live if lv == level)
-            peer = next((p for p in peers if p >= self.turn), peers[0])
-            self.turn = peer + 1
-            qk = (level, peer)
-        q = self.queues[qk]
-        msg = q[0]
+        level = min(lv for lv, _ in live)
+        peers = sorted(p for lv, p in live if lv == level)
+        peer = next((p for p in peers if p >= self.turn), peers[0])
+        self.turn = peer + 1
+        sock = self.sockets[(level, peer)]
+        pkt = sock.take(self.packet)
+        sock.fill(self.commit)          # and again as the socket drains
+        return pkt
+
+    def _next_perfect(self):
+        """The most urgent message's next packet: no sockets, nothing
+        written ahead, a message preempted between any two packets."""
+        if not self.perfect:
+            return None
+        msg = self.perfect[0]
         n = min(self.packet, self.left[msg])
         self.left[msg] -= n
-        done = self.left[msg] == 0
-        if done:
-            del self.left[msg]
-            if self.policy == "fifo":
-                q.pop(0)
-            else:
-                heapq.heappop(q)
-        return msg, n, done
+        if self.left[msg]:
+            return [], n
+        del self.left[msg]
+        heapq.heappop(self.perfect)
+        return [msg], n
 
 
 class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
-    def __init__(self, j, policy, packet=PACKET):
+    def __init__(self, j, policy, packet=PACKET, commit=None):
         self.j = j
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
         self.events = []                # (time, seq, callback)
         self.seq = itertools.count()
-        self.links = {h: Link(policy, self.rate, packet) for h in
+        self.links = {h: Link(policy, self.rate, packet, commit) for h in
                       [("w", i) for i in range(j.workers)] +
                       [("s", i) for i in range(j.servers)]}
         self.by_layer = j.keys_of_layer()
@@ -150,12 +229,13 @@ class Cluster:
         link.sending = nxt
         if nxt is None:
             return
-        msg, n, done = nxt
+        done, n = nxt
         dt = n / link.rate
+        link.sent.append((self.now, self.now + dt))
 
         def sent():
             link.sending = None
-            if done:
+            for msg in done:
                 self._deliver(host, msg)
             self._pump(host)
         self.at(self.now + dt, sent)
@@ -217,14 +297,20 @@ class Cluster:
             raise RuntimeError(f"workers {sorted(self.waiting)} never got "
                                "their parameters")
         per = [(st[-1] - st[warmup]) / iters for st in self.starts]
-        return {"iter_s": statistics.mean(per)}
+        # link use over worker 0's timed iterations, as emulate.py's
+        t0, t1 = self.starts[0][warmup], self.starts[0][-1]
+        use = {kind: statistics.mean(lk.busy(t0, t1) for h, lk in
+                                     self.links.items() if h[0] == kind)
+               for kind in "ws"}
+        return {"iter_s": statistics.mean(per),
+                "link_util": {"workers": use["w"], "servers": use["s"]}}
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
-             **job_args):
+             commit=None, **job_args):
     """The model's record for one mode at one rate."""
     j = jobmod.Job(profile, PLAN_OF[mode], gbps=gbps, **job_args)
-    res = Cluster(j, POLICY_OF[mode], packet).run(iters, warmup)
+    res = Cluster(j, POLICY_OF[mode], packet, commit).run(iters, warmup)
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
                 "ideal_iter_s": j.ideal()["iter_s"]})
     return res
@@ -238,82 +324,122 @@ def gap_closed(x_mode, x_fifo, x_ideal):
     return (x_mode - x_fifo) / (x_ideal - x_fifo)
 
 
+def setting(r):
+    """A run's settings, as simulate() takes them."""
+    return {"slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
+            "shard": r.get("shard", "round-robin"),
+            "group_slices": r.get("group_slices", 0.0),
+            "compute_s": round(r["compute_s"], 6)}
+
+
 def measured(path):
-    """{(model, gbps, mode): iter_s} of a results file's runs without an
-    upload, the mean where a point ran more than once."""
+    """{(model, gbps, mode, settings): [runs]} of a results file's runs
+    without an upload."""
     runs = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             r = json.loads(line)
-            if "model" in r and not r.get("bulk"):
-                runs[(r["model"], r["gbps"], r["mode"])].append(r["iter_s"])
-    return {k: statistics.mean(v) for k, v in runs.items()}
+            if "model" in r and "error" not in r and not r.get("bulk"):
+                key = (r["model"], r["gbps"], r["mode"],
+                       tuple(sorted(setting(r).items())))
+                runs[key].append(r)
+    return runs
 
 
-def table(rows, meas):
-    head = ["model", "Gbit/s", "mode", "model s/iter", "gap closed"]
-    if meas:
-        head += ["measured s/iter", "measured ÷ model"]
+def row(r, fifo_s, runs=None):
+    """A table row: the model's figures, and the runs' beside them."""
+    g = gap_closed(1 / r["iter_s"], 1 / fifo_s, 1 / r["ideal_iter_s"]) \
+        if fifo_s else None
+    cells = [r["model"], f"{r['gbps']:g}", r["mode"],
+             f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}",
+             f"{r['link_util']['workers']:.0%}"]
+    if runs is not None:
+        m = statistics.mean(x["iter_s"] for x in runs)
+        use = statistics.mean(x["link_util"]["workers"] for x in runs)
+        cells += [f"{m:.3f}" + (f" ({len(runs)})" if len(runs) > 1 else ""),
+                  f"{m / r['iter_s']:.3f}", f"{use:.0%}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEAD = ["model", "Gbit/s", "mode", "model s/iter", "gap closed",
+        "link use"]
+HEAD_RUNS = ["measured s/iter (runs)", "measured ÷ model", "link use"]
+
+
+def print_head(head):
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    fifo = {(r["model"], r["gbps"]): r["iter_s"] for r in rows
-            if r["mode"] == "fifo"}
-    for r in rows:
-        f = fifo.get((r["model"], r["gbps"]))
-        g = gap_closed(1 / r["iter_s"], 1 / f, 1 / r["ideal_iter_s"]) \
-            if f else None
-        cells = [r["model"], f"{r['gbps']:g}", r["mode"],
-                 f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}"]
-        if meas:
-            m = meas.get((r["model"], r["gbps"], r["mode"]))
-            cells += ["", ""] if m is None else \
-                [f"{m:.3f}", f"{m / r['iter_s']:.3f}"]
-        print("| " + " | ".join(cells) + " |")
+
+
+def progress(what):
+    print(f"simulating {what}", file=sys.stderr, flush=True)
+
+
+def compare(path, iters, warmup, packet, commit):
+    """The model of every configuration a results file ran, beside it."""
+    runs = measured(path)
+    print_head(HEAD + HEAD_RUNS)
+    for (model, gbps, mode, st), rs in runs.items():
+        progress(f"{model} at {gbps:g} Gbit/s, {mode}")
+        prof = models.profile(model)
+        st = dict(st)
+        r = simulate(prof, mode, gbps, iters, warmup, packet, commit, **st)
+        f = simulate(prof, "fifo", gbps, iters, warmup, packet, commit,
+                     **st)
+        print(row(r, f["iter_s"], rs))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="vgg19,resnet50,inception3,sockeye")
+    ap.add_argument("--models", default="vgg19")
     ap.add_argument("--grid", default="",
-                    help='"model=g1,g2 ..." (real-equivalent Gbit/s); '
-                    "default: the points --compare's file ran")
+                    help='"model=g1,g2 ..." (real-equivalent Gbit/s)')
+    ap.add_argument("--gbps", default="1,2,4",
+                    help="the rates of models --grid leaves out")
     ap.add_argument("--modes", default=",".join(SIM_MODES))
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--packet", type=int, default=PACKET,
                     help="bytes a link sends before it picks again")
+    ap.add_argument("--commit", type=int, default=COMMIT,
+                    help="bytes a socket holds written ahead of the link, "
+                    "the qdisc's packet included")
     ap.add_argument("--slice-bytes", type=int, default=None)
     ap.add_argument("--compute-s", type=float, default=None)
     ap.add_argument("--bands", type=int, default=None)
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS)
-    ap.add_argument("--compare", help="a results file of emulate.py")
+    ap.add_argument("--group-slices", type=float, default=0.0)
+    ap.add_argument("--compare", metavar="RESULTS.jsonl",
+                    help="model what emulate.py's results file ran, with "
+                    "each run's settings (the options above but --iters, "
+                    "--warmup, --packet and --commit are ignored)")
     args = ap.parse_args()
+    if args.compare:
+        compare(args.compare, args.iters, args.warmup, args.packet,
+                args.commit)
+        return 0
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in SIM_MODES]
     if bad:
         ap.error(f"unknown mode(s) {','.join(bad)}; "
                  f"known: {','.join(SIM_MODES)}")
-    meas = measured(args.compare) if args.compare else {}
     grid = {}
     for part in args.grid.split():
         name, rates = part.split("=")
         grid[name] = [float(g) for g in rates.split(",")]
-    rows = []
+    st = {"slice_bytes": args.slice_bytes, "train_bands": args.bands,
+          "shard": args.shard, "group_slices": args.group_slices,
+          "compute_s": args.compute_s}
+    print_head(HEAD)
     for name in [m for m in args.models.split(",") if m]:
         prof = models.profile(name)
-        rates = grid.get(name) or sorted({g for (m, g, _) in meas
-                                          if m == name})
-        if not rates:
-            ap.error(f"no rates for {name}: give --grid or --compare")
-        for g in rates:
+        for g in grid.get(name) or [float(x) for x in args.gbps.split(",")]:
+            progress(f"{name} at {g:g} Gbit/s")
+            rows = {mode: simulate(prof, mode, g, args.iters, args.warmup,
+                                   args.packet, args.commit, **st)
+                    for mode in sorted(set(modes) | {"fifo"})}
             for mode in modes:
-                print(f"simulating {name} at {g:g} Gbit/s, {mode}",
-                      file=sys.stderr, flush=True)
-                rows.append(simulate(
-                    prof, mode, g, args.iters, args.warmup, args.packet,
-                    compute_s=args.compute_s, slice_bytes=args.slice_bytes,
-                    train_bands=args.bands, shard=args.shard))
-    table(rows, meas)
+                print(row(rows[mode], rows["fifo"]["iter_s"]))
     return 0
 
 

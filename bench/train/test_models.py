@@ -4,6 +4,7 @@
 
   bench/train/test_models.py
 """
+import itertools
 import os
 import sys
 
@@ -211,36 +212,41 @@ def simulate_checks(t, profiles):
         return job.Key(prio, 0, 0, 0, 0, 0, level, prio)
 
     def order(policy, sends):
-        """(peer, prio) of each 10-byte packet a link sends"""
+        """(packet number, peer, prio) of each message as its last byte
+        leaves, packets of 10 bytes"""
         link = simulate.Link(policy, 1.0, 10)
         for i, (peer, level, prio, nbytes) in enumerate(sends):
             link.add(simulate.Message((0, prio, i), peer, key(level, prio), 0),
                      nbytes)
         out = []
-        while (p := link.next_packet()) is not None:
-            out.append((p[0].peer, p[0].key.prio))
-        return out
-    # (peer, level, prio, bytes), in the order they are queued
-    sends = [(0, 1, 5, 30), (1, 0, 1, 30), (0, 0, 2, 10), (1, 1, 6, 20)]
+        for n in itertools.count(1):
+            p = link.next_packet()
+            if p is None:
+                return out
+            out += [(n, m.peer, m.key.prio) for m in p[0]]
+    # (peer, level, prio, bytes), in the order they are queued: each
+    # socket has started the first message it was given
+    sends = [(0, 1, 5, 30), (0, 1, 7, 10), (1, 0, 1, 30), (0, 0, 2, 10),
+             (1, 1, 6, 20)]
     got = {pol: order(pol, sends) for pol in simulate.POLICIES}
-    want = {"fifo": [(0, 5), (1, 1), (0, 5), (1, 1), (0, 5), (1, 1), (0, 2),
-                     (1, 6), (1, 6)],
-            "p3user": [(0, 2), (1, 1), (0, 5), (1, 1), (0, 5), (1, 1), (0, 5),
-                       (1, 6), (1, 6)],
-            "p3kernel": [(0, 2), (1, 1), (1, 1), (1, 1), (0, 5), (1, 6),
-                         (0, 5), (1, 6), (0, 5)],
-            "perfect": [(1, 1), (1, 1), (1, 1), (0, 2), (0, 5), (0, 5), (0, 5),
-                        (1, 6), (1, 6)]}
-    t.ok(got == want, "simulate.Link: packet order per policy", f"{got}")
+    want = {"fifo": [(5, 0, 5), (6, 1, 1), (7, 0, 7), (9, 0, 2), (10, 1, 6)],
+            "p3user": [(5, 0, 5), (6, 1, 1), (7, 0, 2), (9, 0, 7),
+                       (10, 1, 6)],
+            "p3kernel": [(1, 0, 2), (4, 1, 1), (8, 1, 6), (9, 0, 5),
+                         (10, 0, 7)],
+            "perfect": [(3, 1, 1), (4, 0, 2), (7, 0, 5), (9, 1, 6),
+                        (10, 0, 7)]}
+    t.ok(got == want, "simulate.Link: the order messages leave in, per "
+         "policy", f"{got}")
     link = simulate.Link("p3user", 1.0, 10)
     for i, (prio, nbytes) in enumerate(((5, 25), (2, 10))):
         link.add(simulate.Message((0, prio, i), 0, key(0, prio), 0), nbytes)
     sent = [link.next_packet() for _ in range(5)]
-    got = [(p[0].key.prio, p[1], p[2]) for p in sent[:4]]
-    t.ok(got == [(2, 10, True), (5, 10, False), (5, 10, False), (5, 5, True)]
-         and sent[4] is None,
-         "simulate.Link: a flow's urgent message first, the rest in "
-         "packets, the last one short", f"{got}")
+    got = [([m.key.prio for m in p[0]], p[1]) for p in sent[:4]]
+    t.ok(got == [([], 10), ([], 10), ([5], 10), ([2], 5)] and sent[4] is None,
+         "simulate.Link: a socket finishes the message it started before a "
+         "more urgent one; a packet may end one and begin the next",
+         f"{got}")
 
     # One layer, one key: forward, backward, the push, then the pull,
     # once per worker from the one server; nothing overlaps.
