@@ -125,6 +125,20 @@ class Socket:
         return done, n
 
 
+class Upload:
+    """A co-located bulk upload's socket: always has a packet to send,
+    and nothing it sends is awaited."""
+
+    def busy(self):
+        return True
+
+    def take(self, packet):
+        return [], packet
+
+    def fill(self, commit):
+        pass
+
+
 class Link:
     """One host's shaped egress, sending per its policy."""
 
@@ -135,8 +149,9 @@ class Link:
         # what a socket holds written ahead of the link: at least the
         # packet the qdisc holds
         self.commit = max(packet, commit or 0)
-        self.sockets = {}               # (level, peer) -> Socket
+        self.sockets = {}               # (level, peer) -> Socket, Upload
         self.perfect = []               # the perfect policy's one heap
+        self.uploads = 0                # and its uploads, below it
         self.left = {}                  # its messages' bytes not sent
         self.turn = 0                   # the peer whose turn comes next
         self.sending = None
@@ -160,6 +175,16 @@ class Link:
         sock.add(msg, nbytes)
         sock.fill(self.commit)          # libp3 writes at once if it can
 
+    def add_upload(self, peer, level):
+        """A bulk stream to @peer; sch_p3 puts it in band @level, every
+        other policy beside the job's flows."""
+        if self.policy == "p3kernel":
+            self.sockets[(level, peer)] = Upload()
+        elif self.policy == "perfect":
+            self.uploads += 1
+        else:
+            self.sockets[(0, peer)] = Upload()
+
     def next_packet(self):
         """(the messages it completes, bytes) of the packet to send
         next, or None when nothing is queued."""
@@ -181,7 +206,7 @@ class Link:
         """The most urgent message's next packet: no sockets, nothing
         written ahead, a message preempted between any two packets."""
         if not self.perfect:
-            return None
+            return ([], self.packet) if self.uploads else None
         msg = self.perfect[0]
         n = min(self.packet, self.left[msg])
         self.left[msg] -= n
@@ -195,7 +220,7 @@ class Link:
 class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
-    def __init__(self, j, policy, packet=PACKET, commit=None):
+    def __init__(self, j, policy, packet=PACKET, commit=None, upload=0):
         self.j = j
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
@@ -211,6 +236,12 @@ class Cluster:
         self.ready = [[0] * len(j.fwd) for _ in range(j.workers)]
         self.waiting = {}               # worker -> (layer, iteration, gen)
         self.starts = [[] for _ in range(j.workers)]
+        self.finished = 0
+        # @upload streams from every worker to a storage host, in the
+        # band after the job's (sch_p3's default band for untagged)
+        for w in range(j.workers):
+            for i in range(upload):
+                self.links[("w", w)].add_upload(j.servers + i, j.train_bands)
 
     def at(self, t, fn):
         heapq.heappush(self.events, (t, next(self.seq), fn))
@@ -286,11 +317,15 @@ class Cluster:
                 return
             self.at(self.now + what, lambda: self._step(w, gen))
             return
+        self.finished += 1
 
     def run(self, iters, warmup):
         for w in range(self.j.workers):
             self._step(w, self._worker(w, warmup + iters + 1))
-        while self.events:
+        for h, link in self.links.items():
+            if link.sending is None:
+                self._pump(h)           # the uploads, if any
+        while self.events and self.finished < self.j.workers:
             self.now, _, fn = heapq.heappop(self.events)
             fn()
         if self.waiting:
@@ -307,11 +342,14 @@ class Cluster:
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
-             commit=None, **job_args):
-    """The model's record for one mode at one rate."""
+             commit=None, upload=0, **job_args):
+    """The model's record for one mode at one rate, with @upload bulk
+    streams from every worker."""
     j = jobmod.Job(profile, PLAN_OF[mode], gbps=gbps, **job_args)
-    res = Cluster(j, POLICY_OF[mode], packet, commit).run(iters, warmup)
+    res = Cluster(j, POLICY_OF[mode], packet, commit, upload).run(
+        iters, warmup)
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
+                "upload": upload,
                 "ideal_iter_s": j.ideal()["iter_s"]})
     return res
 
@@ -333,14 +371,14 @@ def setting(r):
 
 
 def measured(path):
-    """{(model, gbps, mode, settings): [runs]} of a results file's runs
-    without an upload."""
+    """{(model, gbps, mode, upload streams, settings): [runs]} of a
+    results file."""
     runs = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             r = json.loads(line)
-            if "model" in r and "error" not in r and not r.get("bulk"):
-                key = (r["model"], r["gbps"], r["mode"],
+            if "model" in r and "error" not in r:
+                key = (r["model"], r["gbps"], r["mode"], r.get("bulk", 0),
                        tuple(sorted(setting(r).items())))
                 runs[key].append(r)
     return runs
@@ -348,9 +386,13 @@ def measured(path):
 
 def row(r, fifo_s, runs=None):
     """A table row: the model's figures, and the runs' beside them."""
-    g = gap_closed(1 / r["iter_s"], 1 / fifo_s, 1 / r["ideal_iter_s"]) \
-        if fifo_s else None
-    cells = [r["model"], f"{r['gbps']:g}", r["mode"],
+    # the gap is FIFO's without an upload, so not for a run with one
+    g = None if r["upload"] else \
+        gap_closed(1 / r["iter_s"], 1 / fifo_s, 1 / r["ideal_iter_s"])
+    up = r.get("upload")
+    cells = [r["model"], f"{r['gbps']:g}",
+             r["mode"] + (f", {up} upload stream{'s' * (up > 1)}"
+                          if up else ""),
              f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}",
              f"{r['link_util']['workers']:.0%}"]
     if runs is not None:
@@ -379,11 +421,12 @@ def compare(path, iters, warmup, packet, commit):
     """The model of every configuration a results file ran, beside it."""
     runs = measured(path)
     print_head(HEAD + HEAD_RUNS)
-    for (model, gbps, mode, st), rs in runs.items():
-        progress(f"{model} at {gbps:g} Gbit/s, {mode}")
+    for (model, gbps, mode, up, st), rs in runs.items():
+        progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
         st = dict(st)
-        r = simulate(prof, mode, gbps, iters, warmup, packet, commit, **st)
+        r = simulate(prof, mode, gbps, iters, warmup, packet, commit, up,
+                     **st)
         f = simulate(prof, "fifo", gbps, iters, warmup, packet, commit,
                      **st)
         print(row(r, f["iter_s"], rs))
@@ -409,6 +452,9 @@ def main():
     ap.add_argument("--bands", type=int, default=None)
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS)
     ap.add_argument("--group-slices", type=float, default=0.0)
+    ap.add_argument("--upload", type=int, default=0, metavar="STREAMS",
+                    help="a co-located bulk upload of STREAMS connections "
+                    "on every worker")
     ap.add_argument("--compare", metavar="RESULTS.jsonl",
                     help="model what emulate.py's results file ran, with "
                     "each run's settings (the options above but --iters, "
@@ -436,10 +482,13 @@ def main():
         for g in grid.get(name) or [float(x) for x in args.gbps.split(",")]:
             progress(f"{name} at {g:g} Gbit/s")
             rows = {mode: simulate(prof, mode, g, args.iters, args.warmup,
-                                   args.packet, args.commit, **st)
-                    for mode in sorted(set(modes) | {"fifo"})}
+                                   args.packet, args.commit, args.upload,
+                                   **st)
+                    for mode in modes}
+            fifo = simulate(prof, "fifo", g, args.iters, args.warmup,
+                            args.packet, args.commit, **st)
             for mode in modes:
-                print(row(rows[mode], rows["fifo"]["iter_s"]))
+                print(row(rows[mode], fifo["iter_s"]))
     return 0
 
 

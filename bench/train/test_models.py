@@ -258,6 +258,21 @@ def simulate_checks(t, profiles):
         t.ok(abs(got - want) < 1e-9, f"simulate: one layer, {w} worker(s): "
              f"{got:.6f} s, want 3 s + {1 + w} messages = {want:.6f} s")
 
+    # A bulk upload beside the push: sch_p3 sends it only when the job
+    # has nothing queued (a packet of it may be on the wire when a push
+    # comes); a FIFO alternates packets, so the push takes twice as long
+    j = one_layer(1, 1)
+    rate = j.rate * job.GOODPUT
+    msg_s = (j.layer_bytes[0] + job.FRAME_HDR) / rate
+    pkt_s = simulate.PACKET / rate
+    got = {pol: simulate.Cluster(j, pol, upload=1).run(3, 1)["iter_s"] - 3.0
+           for pol in ("p3kernel", "p3user")}
+    t.ok(2 * msg_s <= got["p3kernel"] <= 2 * msg_s + pkt_s and
+         3 * msg_s - pkt_s <= got["p3user"] <= 3 * msg_s + 2 * pkt_s,
+         f"simulate: one upload stream adds {got['p3kernel'] - 2 * msg_s:.4f}"
+         f" s to sch_p3's iteration, {got['p3user'] - 2 * msg_s:.4f} s to a "
+         f"FIFO's (a push takes {msg_s:.4f} s, a packet {pkt_s:.4f} s)")
+
     # The ideal is a lower bound on every schedule: checked for every
     # model, mode and rate of the sweep's grid
     grid = {"vgg19": (1, 2, 4), "resnet50": (1, 2, 4),
