@@ -220,7 +220,7 @@ class Link:
 class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
-    def __init__(self, j, policy, packet=PACKET, commit=None, upload=0):
+    def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0):
         self.j = j
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
@@ -342,7 +342,7 @@ class Cluster:
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
-             commit=None, upload=0, **job_args):
+             commit=COMMIT, upload=0, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker."""
     j = jobmod.Job(profile, PLAN_OF[mode], gbps=gbps, **job_args)
