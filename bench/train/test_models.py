@@ -5,8 +5,10 @@
   bench/train/test_models.py
 """
 import itertools
+import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -272,6 +274,22 @@ def simulate_checks(t, profiles):
          f"simulate: one upload stream adds {got['p3kernel'] - 2 * msg_s:.4f}"
          f" s to sch_p3's iteration, {got['p3user'] - 2 * msg_s:.4f} s to a "
          f"FIFO's (a push takes {msg_s:.4f} s, a packet {pkt_s:.4f} s)")
+
+    # --compare groups a results file's runs by what the model needs
+    base = {"model": "vgg19", "gbps": 2.0, "mode": "p3kernel", "bands": 4,
+            "slice_bytes": 4096, "compute_s": 3.0000001, "iter_s": 4.0}
+    recs = [base, dict(base, iter_s=4.2), dict(base, bulk=1),
+            dict(base, bands=1), {"calibration": True},
+            dict(base, error="timeout")]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in recs))
+        f.flush()
+        got = simulate.measured(f.name)
+    sizes = sorted((k[3], dict(k[4])["train_bands"], len(v))
+                   for k, v in got.items())
+    t.ok(sizes == [(0, 1, 1), (0, 4, 2), (1, 4, 1)] and
+         dict(next(iter(got))[4])["compute_s"] == 3.0,
+         f"simulate.measured: runs grouped by upload and settings: {sizes}")
 
     # The ideal is a lower bound on every schedule: checked for every
     # model, mode and rate of the sweep's grid
