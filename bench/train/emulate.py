@@ -859,6 +859,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     rec = j.describe()
     rec.update({
         "bulk": int(bulk), "acks": cluster.acks, "bands": j.train_bands,
+        "lowat": NOTSENT_LOWAT,
         "iters": iters, "warmup": warmup,
         "iter_s": it_s, "iter_s_workers": per,
         "stall_s": sum(stall) / len(stall),
@@ -883,6 +884,12 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     if trace:
         rec["trace_servers"] = {n: r["trace"] for n, r in srv.items()}
     return rec
+
+
+def set_lowat(nbytes):
+    """TCP_NOTSENT_LOWAT for the host processes forked from now on."""
+    global NOTSENT_LOWAT
+    NOTSENT_LOWAT = nbytes
 
 
 def parse_list(s, conv=str):
@@ -947,6 +954,10 @@ def main():
                     help="sliced modes: layers the forward pass needs within "
                     "this many slice times of each other share a level "
                     "(default 0: a rank per layer)")
+    ap.add_argument("--lowat", type=int, default=NOTSENT_LOWAT,
+                    help="TCP_NOTSENT_LOWAT of every socket, bytes (default "
+                    "%(default)s); the sender pumps twice per lowat at the "
+                    "link rate")
     ap.add_argument("--quickack", action="store_true",
                     help="no delayed ACKs (route quickack 1)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -964,6 +975,9 @@ def main():
     args = ap.parse_args()
     if os.geteuid():
         sys.exit("emulate.py: needs root (run it in the VM: selftests/vm-run)")
+    if args.lowat <= 0:
+        ap.error("--lowat must be positive")
+    set_lowat(args.lowat)
 
     def grid(spec):
         return {m: parse_list(g, float) for m, g in

@@ -364,7 +364,8 @@ def gap_closed(x_mode, x_fifo, x_ideal):
 
 def setting(r):
     """A run's settings, as simulate() takes them."""
-    return {"slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
+    return {"commit": PACKET + r.get("lowat", 4096),
+            "slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
             "shard": r.get("shard", "round-robin"),
             "group_slices": r.get("group_slices", 0.0),
             "compute_s": round(r["compute_s"], 6)}
@@ -417,7 +418,7 @@ def progress(what):
     print(f"simulating {what}", file=sys.stderr, flush=True)
 
 
-def compare(path, iters, warmup, packet, commit):
+def compare(path, iters, warmup, packet):
     """The model of every configuration a results file ran, beside it."""
     runs = measured(path)
     print_head(HEAD + HEAD_RUNS)
@@ -425,10 +426,9 @@ def compare(path, iters, warmup, packet, commit):
         progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
         st = dict(st)
-        r = simulate(prof, mode, gbps, iters, warmup, packet, commit, up,
+        r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
                      **st)
-        f = simulate(prof, "fifo", gbps, iters, warmup, packet, commit,
-                     **st)
+        f = simulate(prof, "fifo", gbps, iters, warmup, packet, **st)
         print(row(r, f["iter_s"], rs))
 
 
@@ -457,12 +457,12 @@ def main():
                     "on every worker")
     ap.add_argument("--compare", metavar="RESULTS.jsonl",
                     help="model what emulate.py's results file ran, with "
-                    "each run's settings (the options above but --iters, "
-                    "--warmup, --packet and --commit are ignored)")
+                    "each run's settings (its TCP_NOTSENT_LOWAT sets "
+                    "--commit; of the options above only --iters, "
+                    "--warmup and --packet apply)")
     args = ap.parse_args()
     if args.compare:
-        compare(args.compare, args.iters, args.warmup, args.packet,
-                args.commit)
+        compare(args.compare, args.iters, args.warmup, args.packet)
         return 0
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in SIM_MODES]
