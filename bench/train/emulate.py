@@ -36,6 +36,7 @@ import ctypes
 import json
 import os
 import queue
+import re
 import select
 import signal
 import socket
@@ -105,8 +106,9 @@ class Cluster:
     """The namespaces, the bridge, and each host's egress shaper."""
 
     def __init__(self, workers, servers, acks="stock", quickack=False,
-                 shaper="auto"):
+                 shaper="auto", sysctls=()):
         self.acks = acks
+        self.sysctls = list(sysctls)    # KEY=VALUE, beyond the settings
         self.quickack = quickack        # no delayed ACKs (route quickack 1)
         self.shaper = shaper
         self.workers = [(f"w{i}", f"{SUBNET}.{10 + i}") for i in range(workers)]
@@ -146,7 +148,8 @@ class Cluster:
             sh(f"ip netns exec {self.ns(h)} sysctl -qw "
                "net.ipv4.tcp_early_retrans=0 "
                f"net.ipv4.tcp_limit_output_bytes={TSQ_LIMIT} "
-               f"net.ipv4.tcp_reflect_tos={int(self.acks == 'reflect')}")
+               f"net.ipv4.tcp_reflect_tos={int(self.acks == 'reflect')} "
+               + " ".join(self.sysctls))
             # Small GSO packets: a 64 KB one lasts ~0.5 s on these
             # scaled-down links, and no qdisc can preempt a packet once it
             # left; wire-size packets cost too much CPU under TCG.
@@ -859,7 +862,7 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     rec = j.describe()
     rec.update({
         "bulk": int(bulk), "acks": cluster.acks, "bands": j.train_bands,
-        "lowat": NOTSENT_LOWAT,
+        "lowat": NOTSENT_LOWAT, "sysctls": cluster.sysctls,
         "iters": iters, "warmup": warmup,
         "iter_s": it_s, "iter_s_workers": per,
         "stall_s": sum(stall) / len(stall),
@@ -960,6 +963,10 @@ def main():
                     "link rate")
     ap.add_argument("--quickack", action="store_true",
                     help="no delayed ACKs (route quickack 1)")
+    ap.add_argument("--sysctl", action="append", default=[],
+                    metavar="KEY=VALUE",
+                    help="set this sysctl in every host's namespace too "
+                    "(repeatable; to test a cause, the sweep runs stock)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--trace", action="store_true",
                     help="record when every push and pull of every key "
@@ -1019,8 +1026,12 @@ def main():
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     out = open(args.out, "a") if args.out else sys.stdout
+    bad = [x for x in args.sysctl
+           if not re.fullmatch(r"[a-z0-9_.]+=[0-9A-Za-z_ .-]+", x)]
+    if bad:
+        ap.error(f"--sysctl wants KEY=VALUE: {bad[0]!r}")
     cluster = Cluster(args.workers, args.servers, args.acks, args.quickack,
-                      args.shaper)
+                      args.shaper, args.sysctl)
     cluster.up()
     log(f"emulate: {args.workers} workers, {args.servers} servers"
         f"{' and a storage host' if args.bulk != 'none' else ''} up; "

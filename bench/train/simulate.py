@@ -372,15 +372,17 @@ def setting(r):
 
 
 def measured(path):
-    """{(model, gbps, mode, upload streams, settings): [runs]} of a
-    results file."""
+    """{(model, gbps, mode, upload streams, settings, sysctls): [runs]}
+    of a results file (the model knows no sysctls: runs with other ones
+    are kept apart, and compared with the same model)."""
     runs = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             r = json.loads(line)
             if "model" in r and "error" not in r:
                 key = (r["model"], r["gbps"], r["mode"], r.get("bulk", 0),
-                       tuple(sorted(setting(r).items())))
+                       tuple(sorted(setting(r).items())),
+                       tuple(r.get("sysctls", ())))
                 runs[key].append(r)
     return runs
 
@@ -393,7 +395,8 @@ def row(r, fifo_s, runs=None):
     up = r.get("upload")
     cells = [r["model"], f"{r['gbps']:g}",
              r["mode"] + (f", {up} upload stream{'s' * (up > 1)}"
-                          if up else ""),
+                          if up else "") +
+             (f", {r['note']}" if r.get("note") else ""),
              f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}",
              f"{r['link_util']['workers']:.0%}"]
     if runs is not None:
@@ -422,13 +425,14 @@ def compare(path, iters, warmup, packet):
     """The model of every configuration a results file ran, beside it."""
     runs = measured(path)
     print_head(HEAD + HEAD_RUNS)
-    for (model, gbps, mode, up, st), rs in runs.items():
+    for (model, gbps, mode, up, st, sysctls), rs in runs.items():
         progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
         st = dict(st)
         r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
                      **st)
         f = simulate(prof, "fifo", gbps, iters, warmup, packet, **st)
+        r["note"] = " ".join(sysctls)
         print(row(r, f["iter_s"], rs))
 
 

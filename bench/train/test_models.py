@@ -280,16 +280,18 @@ def simulate_checks(t, profiles):
             "slice_bytes": 4096, "compute_s": 3.0000001, "iter_s": 4.0}
     recs = [base, dict(base, iter_s=4.2), dict(base, bulk=1),
             dict(base, bands=1), {"calibration": True},
-            dict(base, error="timeout")]
+            dict(base, error="timeout"),
+            dict(base, sysctls=["net.ipv4.tcp_slow_start_after_idle=0"])]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
         f.flush()
         got = simulate.measured(f.name)
     sizes = sorted((k[3], dict(k[4])["train_bands"], len(v))
                    for k, v in got.items())
-    t.ok(sizes == [(0, 1, 1), (0, 4, 2), (1, 4, 1)] and
+    t.ok(sizes == [(0, 1, 1), (0, 4, 1), (0, 4, 2), (1, 4, 1)] and
          dict(next(iter(got))[4])["compute_s"] == 3.0,
-         f"simulate.measured: runs grouped by upload and settings: {sizes}")
+         f"simulate.measured: runs grouped by upload, settings and sysctls: "
+         f"{sizes}")
 
     # The ideal is a lower bound on every schedule: checked for every
     # model, mode and rate of the sweep's grid
