@@ -239,7 +239,7 @@ class Job:
         """The analytic ideal (perfect overlap) for this model, cluster and
         link rate, with P3's slicing and sharding:
 
-          iter = max(C + d0 + k0/r, L/r + f_last + b_last + s/r)
+          iter = max(C + d0 + k0/r, L/r + f_last + b_last + kL/r)
 
         C       compute per iteration (all forward and backward layers);
         d0      the first layer's synchronisation, which cannot overlap:
@@ -257,22 +257,27 @@ class Job:
                 before b_last ends and every byte of the previous iteration
                 must have arrived before f_last starts, so a link idles
                 for at least that long each iteration;
-        s       one slice (store-and-forward at the server).
+        kL      the smallest key of the last layer, the first a server
+                can hold whole: its link has nothing of the iteration to
+                send before that (store-and-forward).
         """
         ref = self if self.sliced else Job(
             self.profile, "p3kernel", self.workers, self.servers, self.gbps,
             self.compute_s, self.model_bytes, self.slice_bytes,
             self.train_bands, self.shard, self.group_slices)
         r = ref.rate * GOODPUT
-        slice_s = (ref.slice_bytes + FRAME_HDR) / r
         compute = sum(ref.fwd) + sum(ref.bwd)
+        def smallest_key_s(layer):
+            return (min(k.nbytes for k in ref.keys if k.layer == layer) +
+                    FRAME_HDR) / r
+
         first = [k for k in ref.keys if k.layer == 0]
         d0 = ref.link_bytes(first) / r
         # a server can pass layer 0 on once one of its keys is in
-        key0_s = (min(k.nbytes for k in first) + FRAME_HDR) / r
+        key0_s = smallest_key_s(0)
         link = ref.link_bytes() / r
         a = compute + d0 + key0_s
-        b = link + ref.fwd[-1] + ref.bwd[-1] + slice_s
+        b = link + ref.fwd[-1] + ref.bwd[-1] + smallest_key_s(len(ref.fwd) - 1)
         return {"iter_s": max(a, b), "compute_s": compute, "link_s": link,
                 "first_layer_sync_s": d0, "bound": "compute" if a >= b
                 else "network"}

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
 """The emulated cluster as a discrete-event model: no CPU, no TCP, exact
-links.  What each schedule could reach, as a yardstick for emulate.py.
+links.  What each schedule reaches by itself, to tell it apart from what
+emulate.py's implementation costs.
 
   bench/train/simulate.py --models vgg19 --grid "vgg19=1,2,4"
   bench/train/simulate.py --compare build/bench/train/results.jsonl
@@ -16,20 +17,22 @@ frame header) arrives when its last byte has left; the fabric adds no
 delay.  Workers and servers do what emulate.py's do: backward
 pushes each layer's keys as its gradient exists, a server sends a key back
 to every worker once all of them pushed it, a forward layer waits for all
-of its keys.  Which packet a link sends next is the schedule:
+of its keys.  Which packet a link sends next is the schedule; sockets
+that take turns do so a packet each, in the order they became ready:
 
-  fifo      the flows (one per peer) take turns, a packet each, and each
-            sends its messages in the order they were queued: a pfifo
-            where every flow keeps one packet, as the emulation's TSQ
-            setting makes it (modes fifo and slice);
-  p3user    the flows take turns, and each writes its most urgent
-            message next, by (iteration, forward rank, arrival): libp3's
-            heap over one socket per peer;
-  p3kernel  the most urgent band (level) first, the flows in it taking
-            turns, each in libp3's order: sch_p3 over a socket per band;
-  perfect   the most urgent message on the link first, whatever its peer,
-            preempted between any two packets: P3's order with nothing
-            written ahead (no sockets).
+  fifo      the sockets (one per peer) take turns, each sending its
+            messages in the order they were queued: a pfifo where every
+            flow keeps one packet, as the emulation's TSQ setting makes
+            it (modes fifo and slice);
+  p3user    the sockets take turns, each writing its most urgent message
+            next, by (iteration, forward rank, arrival): libp3's heap
+            over one socket per peer;
+  p3kernel  the most urgent band (level) first, its sockets taking turns,
+            each in libp3's order: sch_p3 over a socket per band;
+  global    the most urgent message on the link first, whatever its peer,
+            preempted between any two packets, nothing written ahead:
+            strict priority across the whole link (not a bound: it can
+            lose to the others).
 
 Nothing here costs time but the links and the compute, so a schedule's
 figure is what it reaches once the emulator's own CPU, TCP's congestion
@@ -50,21 +53,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import job as jobmod    # noqa: E402
 import models           # noqa: E402
+import report           # noqa: E402
 
 # The emulation's packets: gso_max_size 4096 on every host holds two
 # 1448-byte segments.
 PACKET = 2 * 1448
-# What a socket holds ahead of the link: the one packet TSQ lets into the
-# qdisc (tcp_limit_output_bytes 4096), and TCP_NOTSENT_LOWAT's 4096
-# unsent bytes that libp3 writes before the socket stops taking more.
-COMMIT = PACKET + 4096
-POLICIES = ("fifo", "p3user", "p3kernel", "perfect")
-# The job mode whose keys (plan and sharding) each schedule sends.
-PLAN_OF = {"fifo": "fifo", "slice": "slice", "p3user": "p3user",
-           "p3kernel": "p3kernel", "perfect": "p3kernel"}
-POLICY_OF = {"fifo": "fifo", "slice": "fifo", "p3user": "p3user",
-             "p3kernel": "p3kernel", "perfect": "perfect"}
-SIM_MODES = tuple(PLAN_OF)
+LOWAT = 4096                            # emulate.py's TCP_NOTSENT_LOWAT
+
+
+def commit_of(lowat):
+    """What a socket holds written ahead of the link: the one packet TSQ
+    lets into the qdisc (tcp_limit_output_bytes 4096), and what a write
+    leaves unsent, as tcp_sendmsg takes data while fewer than lowat bytes
+    wait and then fills the packet it started."""
+    return PACKET + lowat - 1 + PACKET
+
+
+COMMIT = commit_of(LOWAT)
+POLICIES = ("fifo", "p3user", "p3kernel", "global")
+# Each mode's plan (keys, sharding, levels) and link policy.
+MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
+         "p3user": ("p3user", "p3user"), "p3kernel": ("p3kernel", "p3kernel"),
+         "global": ("p3kernel", "global")}
 
 # Ordered by `order`, (iteration, forward rank, arrival), which is unique.
 Message = collections.namedtuple("Message", "order peer key iteration")
@@ -78,7 +88,8 @@ class Socket:
 
     def __init__(self, ordered):
         self.ordered = ordered
-        self.waiting = []               # a heap by Message.order, or FIFO
+        # a heap by Message.order, or a FIFO
+        self.waiting = [] if ordered else collections.deque()
         self.written = collections.deque()  # [message, bytes] not sent
         self.unsent = 0
         self.cur, self.cur_left = None, 0   # the message being written
@@ -97,7 +108,7 @@ class Socket:
             if self.cur is None:
                 self.cur, self.cur_left = (heapq.heappop(self.waiting)
                                            if self.ordered else
-                                           self.waiting.pop(0))
+                                           self.waiting.popleft())
             n = min(self.cur_left, commit - self.unsent)
             self.written.append([self.cur, n])
             self.unsent += n
@@ -119,8 +130,10 @@ class Socket:
             if chunk[1]:
                 break
             self.written.popleft()
-            if chunk[0] is not self.cur and all(
-                    c[0] is not chunk[0] for c in self.written):
+            # a message's chunks are written one after another, so its
+            # last one left unless the next is the same message's
+            nxt = self.written[0][0] if self.written else self.cur
+            if nxt is not chunk[0]:
                 done.append(chunk[0])
         return done, n
 
@@ -140,7 +153,10 @@ class Upload:
 
 
 class Link:
-    """One host's shaped egress, sending per its policy."""
+    """One host's shaped egress, sending per its policy.  Sockets take
+    turns a packet each, in the order they last became ready, as sch_p3's
+    rotation within a band does and as a FIFO does when each flow keeps
+    one packet in it."""
 
     def __init__(self, policy, rate, packet, commit=None):
         if policy not in POLICIES:
@@ -150,21 +166,21 @@ class Link:
         # packet the qdisc holds
         self.commit = max(packet, commit or 0)
         self.sockets = {}               # (level, peer) -> Socket, Upload
-        self.perfect = []               # the perfect policy's one heap
+        self.turns = collections.defaultdict(collections.deque)  # by level
+        self.strict = []                # policy global: one heap of all
         self.uploads = 0                # and its uploads, below it
         self.left = {}                  # its messages' bytes not sent
-        self.turn = 0                   # the peer whose turn comes next
         self.sending = None
         self.sent = []                  # (start, end) of every packet
 
-    def busy(self, t0, t1):
+    def busy_share(self, t0, t1):
         """The share of [t0, t1] spent sending."""
         return sum(max(0.0, min(b, t1) - max(a, t0))
                    for a, b in self.sent) / (t1 - t0)
 
     def add(self, msg, nbytes):
-        if self.policy == "perfect":
-            heapq.heappush(self.perfect, msg)
+        if self.policy == "global":
+            heapq.heappush(self.strict, msg)
             self.left[msg] = nbytes
             return
         level = msg.key.level if self.policy == "p3kernel" else 0
@@ -172,63 +188,69 @@ class Link:
         if sock is None:
             sock = self.sockets[(level, msg.peer)] = \
                 Socket(self.policy != "fifo")
+        if not sock.busy():
+            self.turns[level].append(sock)
         sock.add(msg, nbytes)
         sock.fill(self.commit)          # libp3 writes at once if it can
 
     def add_upload(self, peer, level):
         """A bulk stream to @peer; sch_p3 puts it in band @level, every
         other policy beside the job's flows."""
-        if self.policy == "p3kernel":
-            self.sockets[(level, peer)] = Upload()
-        elif self.policy == "perfect":
+        if self.policy == "global":
             self.uploads += 1
-        else:
-            self.sockets[(0, peer)] = Upload()
+            return
+        level = level if self.policy == "p3kernel" else 0
+        up = self.sockets[(level, peer)] = Upload()
+        self.turns[level].append(up)
 
     def next_packet(self):
         """(the messages it completes, bytes) of the packet to send
         next, or None when nothing is queued."""
-        if self.policy == "perfect":
-            return self._next_perfect()
-        live = [qk for qk, sk in self.sockets.items() if sk.busy()]
-        if not live:
+        if self.policy == "global":
+            return self._next_global()
+        levels = [lv for lv, q in self.turns.items() if q]
+        if not levels:
             return None
-        level = min(lv for lv, _ in live)
-        peers = sorted(p for lv, p in live if lv == level)
-        peer = next((p for p in peers if p >= self.turn), peers[0])
-        self.turn = peer + 1
-        sock = self.sockets[(level, peer)]
+        turns = self.turns[min(levels)]
+        sock = turns.popleft()
         pkt = sock.take(self.packet)
         sock.fill(self.commit)          # and again as the socket drains
+        if sock.busy():
+            turns.append(sock)
         return pkt
 
-    def _next_perfect(self):
+    def _next_global(self):
         """The most urgent message's next packet: no sockets, nothing
         written ahead, a message preempted between any two packets."""
-        if not self.perfect:
+        if not self.strict:
             return ([], self.packet) if self.uploads else None
-        msg = self.perfect[0]
+        msg = self.strict[0]
         n = min(self.packet, self.left[msg])
         self.left[msg] -= n
         if self.left[msg]:
             return [], n
         del self.left[msg]
-        heapq.heappop(self.perfect)
+        heapq.heappop(self.strict)
         return [msg], n
 
 
 class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
-    def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0):
+    def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0,
+                 server_policy=None):
         self.j = j
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
         self.events = []                # (time, seq, callback)
+        # one counter for the events' tie-break and the messages' arrival
+        # order: both only need to grow
         self.seq = itertools.count()
-        self.links = {h: Link(policy, self.rate, packet, commit) for h in
-                      [("w", i) for i in range(j.workers)] +
-                      [("s", i) for i in range(j.servers)]}
+        self.links = {("w", i): Link(policy, self.rate, packet, commit)
+                      for i in range(j.workers)}
+        self.links.update({("s", i): Link(server_policy or policy, self.rate,
+                                          packet, commit)
+                           for i in range(j.servers)})
         self.by_layer = j.keys_of_layer()
         self.pushes = collections.Counter()     # (iteration, key id)
         self.parts = collections.Counter()      # (worker, iteration, layer)
@@ -320,33 +342,45 @@ class Cluster:
         self.finished += 1
 
     def run(self, iters, warmup):
+        starts = warmup + iters + 1
         for w in range(self.j.workers):
-            self._step(w, self._worker(w, warmup + iters + 1))
+            self._step(w, self._worker(w, starts))
         for h, link in self.links.items():
             if link.sending is None:
                 self._pump(h)           # the uploads, if any
-        while self.events and self.finished < self.j.workers:
+        # An upload never runs out of packets, so a job that stalls
+        # would run forever: stop where emulate.py gives up, at FIFO
+        # with no overlap, three times over.
+        ideal = self.j.ideal()
+        limit = starts * 3 * (ideal["compute_s"] + 3 * ideal["link_s"])
+        while (self.events and self.finished < self.j.workers and
+               self.now <= limit):
             self.now, _, fn = heapq.heappop(self.events)
             fn()
-        if self.waiting:
+        if self.finished < self.j.workers:
             raise RuntimeError(f"workers {sorted(self.waiting)} never got "
                                "their parameters")
         per = [(st[-1] - st[warmup]) / iters for st in self.starts]
-        # link use over worker 0's timed iterations, as emulate.py's
+        # link use as emulate.py has it: each worker's over its own
+        # timed iterations, the servers' over worker 0's
+        work = [self.links[("w", w)].busy_share(st[warmup], st[-1])
+                for w, st in enumerate(self.starts)]
         t0, t1 = self.starts[0][warmup], self.starts[0][-1]
-        use = {kind: statistics.mean(lk.busy(t0, t1) for h, lk in
-                                     self.links.items() if h[0] == kind)
-               for kind in "ws"}
+        serve = [lk.busy_share(t0, t1) for h, lk in self.links.items()
+                 if h[0] == "s"]
         return {"iter_s": statistics.mean(per),
-                "link_util": {"workers": use["w"], "servers": use["s"]}}
+                "link_util": {"workers": statistics.mean(work),
+                              "servers": statistics.mean(serve)}}
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
-             commit=COMMIT, upload=0, **job_args):
+             commit=COMMIT, upload=0, server_policy=None, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
-    streams from every worker."""
-    j = jobmod.Job(profile, PLAN_OF[mode], gbps=gbps, **job_args)
-    res = Cluster(j, POLICY_OF[mode], packet, commit, upload).run(
+    streams from every worker (and the servers' links on
+    @server_policy, if given)."""
+    plan, policy = MODES[mode]
+    j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
+    res = Cluster(j, policy, packet, commit, upload, server_policy).run(
         iters, warmup)
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
                 "upload": upload,
@@ -354,17 +388,10 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
     return res
 
 
-def gap_closed(x_mode, x_fifo, x_ideal):
-    """(X_mode - X_fifo) / (X_ideal - X_fifo) in throughput, as report.py
-    has it; None where FIFO is within 3% of the ideal."""
-    if x_ideal < x_fifo * 1.03:
-        return None
-    return (x_mode - x_fifo) / (x_ideal - x_fifo)
-
-
 def setting(r):
     """A run's settings, as simulate() takes them."""
-    return {"commit": PACKET + r.get("lowat", 4096),
+    return {"commit": commit_of(r.get("lowat", LOWAT)),
+            "workers": r["workers"], "servers": r["servers"],
             "slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
             "shard": r.get("shard", "round-robin"),
             "group_slices": r.get("group_slices", 0.0),
@@ -372,17 +399,20 @@ def setting(r):
 
 
 def measured(path):
-    """{(model, gbps, mode, upload streams, settings, sysctls): [runs]}
-    of a results file (the model knows no sysctls: runs with other ones
-    are kept apart, and compared with the same model)."""
+    """{(model, gbps, mode, upload streams, settings, notes): [runs]}
+    of a results file.  The model knows no sysctls and no other place
+    for the ACKs: runs that set them are kept apart (their notes) and
+    compared with the same model."""
     runs = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             r = json.loads(line)
             if "model" in r and "error" not in r:
+                acks = r.get("acks", "stock")
+                notes = tuple(r.get("sysctls", ())) + \
+                    ((f"acks {acks}",) if acks != "stock" else ())
                 key = (r["model"], r["gbps"], r["mode"], r.get("bulk", 0),
-                       tuple(sorted(setting(r).items())),
-                       tuple(r.get("sysctls", ())))
+                       tuple(sorted(setting(r).items())), notes)
                 runs[key].append(r)
     return runs
 
@@ -390,9 +420,9 @@ def measured(path):
 def row(r, fifo_s, runs=None):
     """A table row: the model's figures, and the runs' beside them."""
     # the gap is FIFO's without an upload, so not for a run with one
-    g = None if r["upload"] else \
-        gap_closed(1 / r["iter_s"], 1 / fifo_s, 1 / r["ideal_iter_s"])
-    up = r.get("upload")
+    up = r["upload"]
+    g = None if up else \
+        report.gap_closed(r["iter_s"], fifo_s, r["ideal_iter_s"])
     cells = [r["model"], f"{r['gbps']:g}",
              r["mode"] + (f", {up} upload stream{'s' * (up > 1)}"
                           if up else "") +
@@ -425,14 +455,14 @@ def compare(path, iters, warmup, packet):
     """The model of every configuration a results file ran, beside it."""
     runs = measured(path)
     print_head(HEAD + HEAD_RUNS)
-    for (model, gbps, mode, up, st, sysctls), rs in runs.items():
+    for (model, gbps, mode, up, st, notes), rs in runs.items():
         progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
         st = dict(st)
         r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
                      **st)
         f = simulate(prof, "fifo", gbps, iters, warmup, packet, **st)
-        r["note"] = " ".join(sysctls)
+        r["note"] = ", ".join(notes)
         print(row(r, f["iter_s"], rs))
 
 
@@ -443,7 +473,10 @@ def main():
                     help='"model=g1,g2 ..." (real-equivalent Gbit/s)')
     ap.add_argument("--gbps", default="1,2,4",
                     help="the rates of models --grid leaves out")
-    ap.add_argument("--modes", default=",".join(SIM_MODES))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--server-policy", choices=POLICIES,
+                    help="the servers' links on this policy, whatever the "
+                    "mode's (to see which side a schedule wins or loses)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--packet", type=int, default=PACKET,
@@ -469,10 +502,10 @@ def main():
         compare(args.compare, args.iters, args.warmup, args.packet)
         return 0
     modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in SIM_MODES]
+    bad = [m for m in modes if m not in MODES]
     if bad:
         ap.error(f"unknown mode(s) {','.join(bad)}; "
-                 f"known: {','.join(SIM_MODES)}")
+                 f"known: {','.join(MODES)}")
     grid = {}
     for part in args.grid.split():
         name, rates = part.split("=")
@@ -487,10 +520,13 @@ def main():
             progress(f"{name} at {g:g} Gbit/s")
             rows = {mode: simulate(prof, mode, g, args.iters, args.warmup,
                                    args.packet, args.commit, args.upload,
-                                   **st)
+                                   args.server_policy, **st)
                     for mode in modes}
-            fifo = simulate(prof, "fifo", g, args.iters, args.warmup,
-                            args.packet, args.commit, **st)
+            # the gap's reference: FIFO as the sweep runs it
+            fifo = rows["fifo"] if "fifo" in modes and not args.upload \
+                and not args.server_policy else \
+                simulate(prof, "fifo", g, args.iters, args.warmup,
+                         args.packet, args.commit, **st)
             for mode in modes:
                 print(row(rows[mode], fifo["iter_s"]))
     return 0

@@ -208,15 +208,16 @@ def one_layer(workers, servers):
 
 
 def simulate_checks(t, profiles):
-    # A link takes turns between peers, a packet each, or serves the
-    # most urgent band first, or the most urgent message of all.
+    # A link's sockets take turns, a packet each, in the order they
+    # became ready, or the most urgent band goes first, or the most
+    # urgent message of all.
     def key(level, prio):
         return job.Key(prio, 0, 0, 0, 0, 0, level, prio)
 
-    def order(policy, sends):
+    def order(policy, sends, commit=None):
         """(packet number, peer, prio) of each message as its last byte
         leaves, packets of 10 bytes"""
-        link = simulate.Link(policy, 1.0, 10)
+        link = simulate.Link(policy, 1.0, 10, commit)
         for i, (peer, level, prio, nbytes) in enumerate(sends):
             link.add(simulate.Message((0, prio, i), peer, key(level, prio), 0),
                      nbytes)
@@ -234,12 +235,22 @@ def simulate_checks(t, profiles):
     want = {"fifo": [(5, 0, 5), (6, 1, 1), (7, 0, 7), (9, 0, 2), (10, 1, 6)],
             "p3user": [(5, 0, 5), (6, 1, 1), (7, 0, 2), (9, 0, 7),
                        (10, 1, 6)],
-            "p3kernel": [(1, 0, 2), (4, 1, 1), (8, 1, 6), (9, 0, 5),
+            "p3kernel": [(2, 0, 2), (4, 1, 1), (8, 1, 6), (9, 0, 5),
                          (10, 0, 7)],
-            "perfect": [(3, 1, 1), (4, 0, 2), (7, 0, 5), (9, 1, 6),
-                        (10, 0, 7)]}
+            "global": [(3, 1, 1), (4, 0, 2), (7, 0, 5), (9, 1, 6),
+                       (10, 0, 7)]}
     t.ok(got == want, "simulate.Link: the order messages leave in, per "
          "policy", f"{got}")
+    got = order("p3user", [(2, 0, 1, 20), (0, 0, 2, 20)])
+    t.ok(got == [(3, 2, 1), (4, 0, 2)],
+         f"simulate.Link: the socket ready first goes first: {got}")
+    # Bytes written ahead of the link: a more urgent message queued after
+    # them waits for them, but overtakes what was not yet written.
+    sends = [(0, 0, 5, 10), (0, 0, 6, 20), (0, 0, 1, 10)]
+    got = [[prio for _, _, prio in order("p3user", sends, c)]
+           for c in (25, 10)]
+    t.ok(got == [[5, 6, 1], [5, 1, 6]],
+         f"simulate.Link: written 25 bytes ahead, then 10: {got}")
     link = simulate.Link("p3user", 1.0, 10)
     for i, (prio, nbytes) in enumerate(((5, 25), (2, 10))):
         link.add(simulate.Message((0, prio, i), 0, key(0, prio), 0), nbytes)
@@ -262,35 +273,56 @@ def simulate_checks(t, profiles):
 
     # A bulk upload beside the push: sch_p3 sends it only when the job
     # has nothing queued (a packet of it may be on the wire when a push
-    # comes); a FIFO alternates packets, so the push takes twice as long
+    # comes); a FIFO alternates packets, so the push takes twice as long.
+    # Either way the worker's link never idles.
     j = one_layer(1, 1)
     rate = j.rate * job.GOODPUT
     msg_s = (j.layer_bytes[0] + job.FRAME_HDR) / rate
     pkt_s = simulate.PACKET / rate
-    got = {pol: simulate.Cluster(j, pol, upload=1).run(3, 1)["iter_s"] - 3.0
-           for pol in ("p3kernel", "p3user")}
+    res = {pol: simulate.Cluster(j, pol, upload=1).run(3, 1)
+           for pol in ("p3kernel", "fifo")}
+    got = {pol: r["iter_s"] - 3.0 for pol, r in res.items()}
+    busy = [r["link_util"]["workers"] for r in res.values()]
     t.ok(2 * msg_s <= got["p3kernel"] <= 2 * msg_s + pkt_s and
-         3 * msg_s - pkt_s <= got["p3user"] <= 3 * msg_s + 2 * pkt_s,
+         3 * msg_s - pkt_s <= got["fifo"] <= 3 * msg_s + 2 * pkt_s and
+         min(busy) > 0.999,
          f"simulate: one upload stream adds {got['p3kernel'] - 2 * msg_s:.4f}"
-         f" s to sch_p3's iteration, {got['p3user'] - 2 * msg_s:.4f} s to a "
-         f"FIFO's (a push takes {msg_s:.4f} s, a packet {pkt_s:.4f} s)")
+         f" s to sch_p3's iteration, {got['fifo'] - 2 * msg_s:.4f} s to a "
+         f"FIFO's (a push takes {msg_s:.4f} s, a packet {pkt_s:.4f} s); "
+         f"worker link busy {min(busy):.4f}")
+
+    # A job that can never finish stops with an error, even while an
+    # upload keeps the link busy for ever
+    c = simulate.Cluster(one_layer(1, 1), "fifo", upload=1)
+    c.nparts[0] = 2             # waits for a second part that never comes
+    try:
+        c.run(3, 1)
+        stopped = "ran to the end"
+    except RuntimeError as e:
+        stopped = str(e)
+    t.ok(stopped.startswith("workers [0] never got"),
+         f"simulate: a stalled job beside an upload: {stopped}")
 
     # --compare groups a results file's runs by what the model needs
     base = {"model": "vgg19", "gbps": 2.0, "mode": "p3kernel", "bands": 4,
+            "workers": 4, "servers": 4,
             "slice_bytes": 4096, "compute_s": 3.0000001, "iter_s": 4.0}
     recs = [base, dict(base, iter_s=4.2), dict(base, bulk=1),
             dict(base, bands=1), {"calibration": True},
             dict(base, error="timeout"),
-            dict(base, sysctls=["net.ipv4.tcp_slow_start_after_idle=0"])]
+            dict(base, sysctls=["net.ipv4.tcp_slow_start_after_idle=0"]),
+            dict(base, acks="reflect")]
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
         f.write("".join(json.dumps(r) + "\n" for r in recs))
         f.flush()
         got = simulate.measured(f.name)
     sizes = sorted((k[3], dict(k[4])["train_bands"], len(v))
                    for k, v in got.items())
-    t.ok(sizes == [(0, 1, 1), (0, 4, 1), (0, 4, 2), (1, 4, 1)] and
+    t.ok(sizes == [(0, 1, 1), (0, 4, 1), (0, 4, 1), (0, 4, 2), (1, 4, 1)]
+         and
          dict(next(iter(got))[4])["compute_s"] == 3.0,
-         f"simulate.measured: runs grouped by upload, settings and sysctls: "
+         f"simulate.measured: runs grouped by upload, settings, sysctls "
+         f"and ACKs: "
          f"{sizes}")
 
     # The ideal is a lower bound on every schedule: checked for every
@@ -300,7 +332,7 @@ def simulate_checks(t, profiles):
     below = []
     for name, rates in grid.items():
         for g in rates:
-            for mode in simulate.SIM_MODES:
+            for mode in simulate.MODES:
                 r = simulate.simulate(profiles[name], mode, g)
                 if r["iter_s"] < r["ideal_iter_s"] * (1 - 1e-9):
                     below.append(f"{name} {g} {mode} {r['iter_s']:.4f} < "
