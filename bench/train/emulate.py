@@ -889,6 +889,18 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     return rec
 
 
+def same_setup(r, args):
+    """Whether record @r ran with the settings of this command line, so
+    that --resume counts only those (records from before a setting
+    existed ran with its default)."""
+    return (r.get("bands", jobmod.TRAIN_BANDS) == args.bands and
+            r.get("slice_bytes", jobmod.SLICE_BYTES) == args.slice_bytes and
+            r.get("shard", "round-robin") == args.shard and
+            r.get("lowat", 4096) == args.lowat and
+            r.get("sysctls", []) == args.sysctl and
+            r.get("acks", "stock") == args.acks)
+
+
 def set_lowat(nbytes):
     """TCP_NOTSENT_LOWAT for the host processes forked from now on."""
     global NOTSENT_LOWAT
@@ -984,6 +996,11 @@ def main():
         sys.exit("emulate.py: needs root (run it in the VM: selftests/vm-run)")
     if args.lowat <= 0:
         ap.error("--lowat must be positive")
+    # the values go into a shell command: one word each
+    bad = [x for x in args.sysctl
+           if not re.fullmatch(r"[a-z0-9_.]+=[0-9A-Za-z_.:-]+", x)]
+    if bad:
+        ap.error(f"--sysctl wants KEY=VALUE, without spaces: {bad[0]!r}")
     set_lowat(args.lowat)
 
     def grid(spec):
@@ -1009,7 +1026,7 @@ def main():
         with open(args.out) as f:
             for line in f:
                 r = json.loads(line)
-                if "mode" in r and "error" not in r:
+                if "mode" in r and "error" not in r and same_setup(r, args):
                     k = (r["model"], r["mode"], r["gbps"], int(r["bulk"]))
                     done[k] = done.get(k, 0) + 1
         left = []
@@ -1026,10 +1043,6 @@ def main():
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     out = open(args.out, "a") if args.out else sys.stdout
-    bad = [x for x in args.sysctl
-           if not re.fullmatch(r"[a-z0-9_.]+=[0-9A-Za-z_ .-]+", x)]
-    if bad:
-        ap.error(f"--sysctl wants KEY=VALUE: {bad[0]!r}")
     cluster = Cluster(args.workers, args.servers, args.acks, args.quickack,
                       args.shaper, args.sysctl)
     cluster.up()
