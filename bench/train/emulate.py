@@ -65,7 +65,7 @@ RTO_MIN = "15s"         # see Cluster.up()
 # what a flow has committed beyond the reach of user space is about
 # NOTSENT_LOWAT in its socket plus what TSQ lets into the qdisc.
 GSO_MAX = 4096          # bytes per GSO packet (TCP builds them this big)
-NOTSENT_LOWAT = 4096    # libp3's TCP_NOTSENT_LOWAT (its default is 16 KB)
+NOTSENT_LOWAT = jobmod.NOTSENT_LOWAT    # --lowat changes it
 TSQ_LIMIT = 4096        # tcp_limit_output_bytes: one such packet per flow
                         # in the qdisc (TSQ's 1 MB default is ~1 ms at
                         # 10 Gbit/s, ~5 s on these links)
@@ -896,7 +896,7 @@ def same_setup(r, args):
     return (r.get("bands", jobmod.TRAIN_BANDS) == args.bands and
             r.get("slice_bytes", jobmod.SLICE_BYTES) == args.slice_bytes and
             r.get("shard", "round-robin") == args.shard and
-            r.get("lowat", 4096) == args.lowat and
+            r.get("lowat", jobmod.NOTSENT_LOWAT) == args.lowat and
             r.get("sysctls", []) == args.sysctl and
             r.get("acks", "stock") == args.acks)
 

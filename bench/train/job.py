@@ -47,6 +47,9 @@ BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 # were slower than eight.
 TRAIN_BANDS = 4
 FRAME_HDR = 40                      # libp3's per-frame header
+# TCP_NOTSENT_LOWAT of every socket (libp3's default is 16 KB): what a
+# flow has written beyond the reach of user space
+NOTSENT_LOWAT = 4096
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
 # on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
 GOODPUT = 1448.0 / 1514.0

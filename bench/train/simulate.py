@@ -58,7 +58,6 @@ import report           # noqa: E402
 # The emulation's packets: gso_max_size 4096 on every host holds two
 # 1448-byte segments.
 PACKET = 2 * 1448
-LOWAT = 4096                            # emulate.py's TCP_NOTSENT_LOWAT
 
 
 def commit_of(lowat):
@@ -69,7 +68,7 @@ def commit_of(lowat):
     return PACKET + lowat - 1 + PACKET
 
 
-COMMIT = commit_of(LOWAT)
+COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
 POLICIES = ("fifo", "p3user", "p3kernel", "global")
 # Each mode's plan (keys, sharding, levels) and link policy.
 MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
@@ -294,8 +293,7 @@ class Cluster:
         self.at(self.now + dt, sent)
 
     def _deliver(self, host, msg):
-        kind, src = host
-        if kind == "w":                 # a push reached server msg.peer
+        if host[0] == "w":              # a push reached server msg.peer
             pk = (msg.iteration, msg.key.id)
             self.pushes[pk] += 1
             if self.pushes[pk] == self.j.workers:
@@ -369,6 +367,7 @@ class Cluster:
         serve = [lk.busy_share(t0, t1) for h, lk in self.links.items()
                  if h[0] == "s"]
         return {"iter_s": statistics.mean(per),
+                "ideal_iter_s": ideal["iter_s"],
                 "link_util": {"workers": statistics.mean(work),
                               "servers": statistics.mean(serve)}}
 
@@ -383,14 +382,13 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
     res = Cluster(j, policy, packet, commit, upload, server_policy).run(
         iters, warmup)
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
-                "upload": upload,
-                "ideal_iter_s": j.ideal()["iter_s"]})
+                "upload": upload})
     return res
 
 
 def setting(r):
     """A run's settings, as simulate() takes them."""
-    return {"commit": commit_of(r.get("lowat", LOWAT)),
+    return {"commit": commit_of(r.get("lowat", jobmod.NOTSENT_LOWAT)),
             "workers": r["workers"], "servers": r["servers"],
             "slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
             "shard": r.get("shard", "round-robin"),
@@ -454,16 +452,19 @@ def progress(what):
 def compare(path, iters, warmup, packet):
     """The model of every configuration a results file ran, beside it."""
     runs = measured(path)
+    fifo_s = {}                         # the gap's reference, per point
     print_head(HEAD + HEAD_RUNS)
     for (model, gbps, mode, up, st, notes), rs in runs.items():
         progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
-        st = dict(st)
+        if (model, gbps, st) not in fifo_s:
+            fifo_s[(model, gbps, st)] = simulate(
+                prof, "fifo", gbps, iters, warmup, packet,
+                **dict(st))["iter_s"]
         r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
-                     **st)
-        f = simulate(prof, "fifo", gbps, iters, warmup, packet, **st)
+                     **dict(st))
         r["note"] = ", ".join(notes)
-        print(row(r, f["iter_s"], rs))
+        print(row(r, fifo_s[(model, gbps, st)], rs))
 
 
 def main():
@@ -523,10 +524,8 @@ def main():
                                    args.server_policy, **st)
                     for mode in modes}
             # the gap's reference: FIFO as the sweep runs it
-            fifo = rows["fifo"] if "fifo" in modes and not args.upload \
-                and not args.server_policy else \
-                simulate(prof, "fifo", g, args.iters, args.warmup,
-                         args.packet, args.commit, **st)
+            fifo = simulate(prof, "fifo", g, args.iters, args.warmup,
+                            args.packet, args.commit, **st)
             for mode in modes:
                 print(row(rows[mode], fifo["iter_s"]))
     return 0
