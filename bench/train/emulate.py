@@ -896,6 +896,7 @@ def same_setup(r, args):
     return (r.get("bands", jobmod.TRAIN_BANDS) == args.bands and
             r.get("slice_bytes", jobmod.SLICE_BYTES) == args.slice_bytes and
             r.get("shard", "round-robin") == args.shard and
+            r.get("levels", "count") == args.levels and
             r.get("lowat", jobmod.NOTSENT_LOWAT) == args.lowat and
             r.get("sysctls", []) == args.sysctl and
             r.get("acks", "stock") == args.acks)
@@ -965,6 +966,10 @@ def main():
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS,
                     help="sliced modes: deal slices to servers round robin "
                     "(P3), or split every layer evenly over all servers")
+    ap.add_argument("--levels", default="count", choices=jobmod.LEVELS,
+                    help="p3kernel: how layers share the bands: libp3's "
+                    "planner (equal runs of layers), or no later than "
+                    "equal runs of bytes would put them")
     ap.add_argument("--group-slices", type=float, default=0.0,
                     help="sliced modes: layers the forward pass needs within "
                     "this many slice times of each other share a level "
@@ -1066,7 +1071,7 @@ def main():
             j = jobmod.Job(profiles[model], mode, args.workers, args.servers,
                            g, args.compute_s, args.model_bytes,
                            args.slice_bytes, args.bands, args.shard,
-                           args.group_slices)
+                           args.group_slices, args.levels)
             tag = (f"[{n}/{len(plan)}] {model} {mode}"
                    f"{f'+bulk{bulk}' if bulk else ''}"
                    f" {g:g}gbps ({j.rate * 8 / 1e6:.1f}mbit)")

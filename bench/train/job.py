@@ -58,6 +58,10 @@ MODES = ("fifo", "slice", "p3user", "p3kernel", "ideal")
 # How the sliced modes deal keys to servers: P3's round robin over all
 # slices, or every layer split evenly over all servers (--shard).
 SHARDS = ("round-robin", "even")
+# How layers share the levels (--levels): libp3's planner (equal runs of
+# layers), or no later than an equal run of bytes would put them (see
+# Job._byte_levels).
+LEVELS = ("count", "bytes")
 MODES_MEASURED = MODES[:-1]
 MODE_TITLES = {
     "fifo": "FIFO (WFBP)",
@@ -93,7 +97,8 @@ class Job:
 
     def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
                  compute_s=None, model_bytes=None, slice_bytes=None,
-                 train_bands=None, shard="round-robin", group_slices=0.0):
+                 train_bands=None, shard="round-robin", group_slices=0.0,
+                 levels="count"):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         self.profile = profile
@@ -109,6 +114,9 @@ class Job:
             raise ValueError(f"unknown shard {shard}")
         self.shard = shard
         self.group_slices = group_slices
+        if levels not in LEVELS:
+            raise ValueError(f"unknown levels {levels}")
+        self.levels = levels
         self.rate = emu_rate(gbps, self.byte_scale, self.time_scale)
         layers = profile["layers"]
         self.fwd = [la["fwd_s"] * self.time_scale for la in layers]
@@ -159,6 +167,9 @@ class Job:
                    enumerate(zip(self.profile["layers"], self.layer_bytes))]
         slices = p3.plan(tensors, bands=self.train_bands,
                          slice_bytes=self.slice_bytes)
+        if self.levels == "bytes":
+            lv = self._byte_levels(slices)
+            slices = [s._replace(level=lv[s.tensor]) for s in slices]
         if self.shard == "even":
             return self._shard_offsets(self._even_pieces(slices))
         keys = []
@@ -184,6 +195,29 @@ class Job:
                 ranks.append(ranks[-1])
             t += f
         return ranks
+
+    def _byte_levels(self, slices):
+        """levels "bytes": each layer on the planner's level or, if lower,
+        on the band its first byte falls in when the model's bytes, in
+        forward order, are cut into train_bands equal runs.  Where a few
+        layers hold most of the bytes, the bands then split them from the
+        layers produced right beside them in backward (VGG-19: fc7 and fc8
+        in band 3, fc6 with the conv layers in band 0, where the planner
+        puts conv5_4 to fc8 in band 3).  Within a band a key waits behind
+        whatever its socket has already taken, and what that is depends on
+        when each worker's sender ran; across bands the qdisc decides, a
+        packet at a time, the same way on every worker.  So the workers
+        push a key at nearly the same time, and its server need not wait
+        for the last of them (docs/benchmarks.md, "Why one socket per peer
+        loses")."""
+        planned = {}
+        for s in slices:
+            planned.setdefault(s.tensor, s.level)
+        total, before, lv = sum(self.layer_bytes), 0, {}
+        for la, nbytes in enumerate(self.layer_bytes):
+            lv[la] = min(planned[la], before * self.train_bands // total)
+            before += nbytes
+        return lv
 
     def _even_pieces(self, slices):
         """shard "even": every layer of at least 64 bytes per server cut
@@ -267,7 +301,7 @@ class Job:
         ref = self if self.sliced else Job(
             self.profile, "p3kernel", self.workers, self.servers, self.gbps,
             self.compute_s, self.model_bytes, self.slice_bytes,
-            self.train_bands, self.shard, self.group_slices)
+            self.train_bands, self.shard, self.group_slices, self.levels)
         r = ref.rate * GOODPUT
         compute = sum(ref.fwd) + sum(ref.bwd)
         def smallest_key_s(layer):
@@ -298,5 +332,6 @@ class Job:
                 "time_scale": self.time_scale, "byte_scale": self.byte_scale,
                 "slice_bytes": self.slice_bytes, "keys": len(self.keys),
                 "shard": self.shard, "group_slices": self.group_slices,
+                "levels": self.levels,
                 "model_bytes": sum(self.layer_bytes),
                 "batch": self.profile["batch"]}

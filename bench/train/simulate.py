@@ -36,7 +36,13 @@ that take turns do so a packet each, in the order they became ready:
 
 Nothing here costs time but the links and the compute, so a schedule's
 figure is what it reaches once the emulator's own CPU, TCP's congestion
-control and its ACKs are taken away.  Run with --compare, it sets the
+control and its ACKs are taken away.  --jitter puts back the one effect
+of that CPU a schedule is sensitive to: a host's messages of one instant
+(a layer's pushes, a key's W pulls) reach its link up to JITTER seconds
+late, uniformly at random, as when the emulator's sender thread runs late.
+Every worker then decides a little differently what its sockets take
+first, and a server waits for the last worker's copy of a key: the
+result has the spread of each key's pushes across the workers.  Run with --compare, it sets the
 measured iteration times and link use of a results file beside the
 model's.
 """
@@ -46,6 +52,7 @@ import heapq
 import itertools
 import json
 import os
+import random
 import statistics
 import sys
 
@@ -54,6 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import job as jobmod    # noqa: E402
 import models           # noqa: E402
 import report           # noqa: E402
+import traces           # noqa: E402
 
 # The emulation's packets: gso_max_size 4096 on every host holds two
 # 1448-byte segments.
@@ -237,8 +245,11 @@ class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
     def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0,
-                 server_policy=None):
+                 server_policy=None, jitter=0.0, seed=0):
         self.j = j
+        self.jitter, self.rnd = jitter, random.Random(seed)
+        self.batch = (None, 0.0)        # (instant, host), its delay
+        self.pushed = collections.defaultdict(list)  # (it, key id): times
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
         self.events = []                # (time, seq, callback)
@@ -268,6 +279,15 @@ class Cluster:
         heapq.heappush(self.events, (t, next(self.seq), fn))
 
     def send(self, host, peer, key, iteration):
+        if not self.jitter:
+            self._queue(host, peer, key, iteration)
+            return
+        if self.batch[0] != (self.now, host):
+            self.batch = ((self.now, host), self.rnd.uniform(0, self.jitter))
+        self.at(self.now + self.batch[1],
+                lambda: self._queue(host, peer, key, iteration))
+
+    def _queue(self, host, peer, key, iteration):
         link = self.links[host]
         msg = Message((iteration, key.prio, next(self.seq)), peer, key,
                       iteration)
@@ -295,6 +315,7 @@ class Cluster:
     def _deliver(self, host, msg):
         if host[0] == "w":              # a push reached server msg.peer
             pk = (msg.iteration, msg.key.id)
+            self.pushed[pk].append(self.now)
             self.pushes[pk] += 1
             if self.pushes[pk] == self.j.workers:
                 del self.pushes[pk]
@@ -366,24 +387,41 @@ class Cluster:
         t0, t1 = self.starts[0][warmup], self.starts[0][-1]
         serve = [lk.busy_share(t0, t1) for h, lk in self.links.items()
                  if h[0] == "s"]
+        # how far apart the workers' pushes of a key reached its server
+        spread = sorted(max(ts) - min(ts) for (it, _), ts in
+                        self.pushed.items()
+                        if it >= warmup and len(ts) == self.j.workers)
         return {"iter_s": statistics.mean(per),
                 "ideal_iter_s": ideal["iter_s"],
+                "push_spread_s": {"median": statistics.median(spread),
+                                  "p90": spread[int(0.9 * len(spread))]},
                 "link_util": {"workers": statistics.mean(work),
                               "servers": statistics.mean(serve)}}
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
-             commit=COMMIT, upload=0, server_policy=None, **job_args):
+             commit=COMMIT, upload=0, server_policy=None, jitter=0.0,
+             seeds=1, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
-    @server_policy, if given)."""
+    @server_policy, if given).  With @jitter, the means over @seeds
+    runs (seeds 0, 1, ...)."""
     plan, policy = MODES[mode]
     j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
-    res = Cluster(j, policy, packet, commit, upload, server_policy).run(
-        iters, warmup)
+    runs = [Cluster(j, policy, packet, commit, upload, server_policy,
+                    jitter, seed).run(iters, warmup)
+            for seed in range(seeds if jitter else 1)]
+    res = mean_of(runs)
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
-                "upload": upload})
+                "upload": upload, "jitter": jitter})
     return res
+
+
+def mean_of(runs):
+    """The mean of run records, field by field (nested dicts too)."""
+    if isinstance(runs[0], dict):
+        return {k: mean_of([r[k] for r in runs]) for k in runs[0]}
+    return statistics.mean(runs)
 
 
 def setting(r):
@@ -392,6 +430,7 @@ def setting(r):
             "workers": r["workers"], "servers": r["servers"],
             "slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
             "shard": r.get("shard", "round-robin"),
+            "levels": r.get("levels", "count"),
             "group_slices": r.get("group_slices", 0.0),
             "compute_s": round(r["compute_s"], 6)}
 
@@ -426,18 +465,37 @@ def row(r, fifo_s, runs=None):
                           if up else "") +
              (f", {r['note']}" if r.get("note") else ""),
              f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}",
-             f"{r['link_util']['workers']:.0%}"]
+             f"{r['link_util']['workers']:.0%}", spread_cell(r)]
     if runs is not None:
         m = statistics.mean(x["iter_s"] for x in runs)
         use = statistics.mean(x["link_util"]["workers"] for x in runs)
+        spreads = [s for s in map(traces.push_spread, runs) if s]
         cells += [f"{m:.3f}" + (f" ({len(runs)})" if len(runs) > 1 else ""),
-                  f"{m / r['iter_s']:.3f}", f"{use:.0%}"]
+                  f"{m / r['iter_s']:.3f}", f"{use:.0%}",
+                  spread_cell({"push_spread_s": mean_of(spreads)})
+                  if spreads else ""]
     return "| " + " | ".join(cells) + " |"
 
 
+def spread_cell(r):
+    s = r["push_spread_s"]
+    return f"{s['median']:.2f} / {s['p90']:.2f}"
+
+
 HEAD = ["model", "Gbit/s", "mode", "model s/iter", "gap closed",
-        "link use"]
-HEAD_RUNS = ["measured s/iter (runs)", "measured ÷ model", "link use"]
+        "link use", "push spread (s, median / p90)"]
+HEAD_RUNS = ["measured s/iter (runs)", "measured ÷ model", "link use",
+             "push spread"]
+
+
+def setting_notes(mode, st):
+    """What a row's kernel-mode settings change from the sweep's."""
+    if mode != "p3kernel":
+        return []
+    n = st["train_bands"]
+    return ([f"{n} band{'s' * (n != 1)}"]
+            if st["train_bands"] != jobmod.TRAIN_BANDS else []) + \
+        ([f"levels {st['levels']}"] if st["levels"] != "count" else [])
 
 
 def print_head(head):
@@ -449,8 +507,9 @@ def progress(what):
     print(f"simulating {what}", file=sys.stderr, flush=True)
 
 
-def compare(path, iters, warmup, packet):
-    """The model of every configuration a results file ran, beside it."""
+def compare(path, iters, warmup, packet, noise):
+    """The model of every configuration a results file ran, beside it
+    (with @noise: jitter and seeds)."""
     runs = measured(path)
     fifo_s = {}                         # the gap's reference, per point
     print_head(HEAD + HEAD_RUNS)
@@ -459,11 +518,11 @@ def compare(path, iters, warmup, packet):
         prof = models.profile(model)
         if (model, gbps, st) not in fifo_s:
             fifo_s[(model, gbps, st)] = simulate(
-                prof, "fifo", gbps, iters, warmup, packet,
+                prof, "fifo", gbps, iters, warmup, packet, **noise,
                 **dict(st))["iter_s"]
         r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
-                     **dict(st))
-        r["note"] = ", ".join(notes)
+                     **noise, **dict(st))
+        r["note"] = ", ".join(setting_notes(mode, dict(st)) + list(notes))
         print(row(r, fifo_s[(model, gbps, st)], rs))
 
 
@@ -489,18 +548,28 @@ def main():
     ap.add_argument("--compute-s", type=float, default=None)
     ap.add_argument("--bands", type=int, default=None)
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS)
+    ap.add_argument("--levels", default="count", choices=jobmod.LEVELS)
     ap.add_argument("--group-slices", type=float, default=0.0)
     ap.add_argument("--upload", type=int, default=0, metavar="STREAMS",
                     help="a co-located bulk upload of STREAMS connections "
                     "on every worker")
+    ap.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
+                    help="hand a host's messages of one instant to its "
+                    "link up to SECONDS late (uniform), as the emulator's "
+                    "CPU does; the means of --seeds runs")
+    ap.add_argument("--seeds", type=int, default=5,
+                    help="runs per point with --jitter (default %(default)s)")
     ap.add_argument("--compare", metavar="RESULTS.jsonl",
                     help="model what emulate.py's results file ran, with "
                     "each run's settings (its TCP_NOTSENT_LOWAT sets "
                     "--commit; of the options above only --iters, "
-                    "--warmup and --packet apply)")
+                    "--warmup, --packet, --jitter and --seeds apply)")
     args = ap.parse_args()
+    if args.jitter < 0 or args.seeds < 1:
+        ap.error("--jitter must be >= 0 and --seeds >= 1")
+    noise = {"jitter": args.jitter, "seeds": args.seeds}
     if args.compare:
-        compare(args.compare, args.iters, args.warmup, args.packet)
+        compare(args.compare, args.iters, args.warmup, args.packet, noise)
         return 0
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
@@ -513,6 +582,7 @@ def main():
         grid[name] = [float(g) for g in rates.split(",")]
     st = {"slice_bytes": args.slice_bytes, "train_bands": args.bands,
           "shard": args.shard, "group_slices": args.group_slices,
+          "levels": args.levels,
           "compute_s": args.compute_s}
     print_head(HEAD)
     for name in [m for m in args.models.split(",") if m]:
@@ -521,11 +591,11 @@ def main():
             progress(f"{name} at {g:g} Gbit/s")
             rows = {mode: simulate(prof, mode, g, args.iters, args.warmup,
                                    args.packet, args.commit, args.upload,
-                                   args.server_policy, **st)
+                                   args.server_policy, **noise, **st)
                     for mode in modes}
             # the gap's reference: FIFO as the sweep runs it
             fifo = simulate(prof, "fifo", g, args.iters, args.warmup,
-                            args.packet, args.commit, **st)
+                            args.packet, args.commit, **noise, **st)
             for mode in modes:
                 print(row(rows[mode], fifo["iter_s"]))
     return 0

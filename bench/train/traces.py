@@ -48,12 +48,34 @@ def fluid(events, rate):
     return idle, t + backlog / rate
 
 
+def push_spread(rec):
+    """{"median", "p90"} over the timed iterations' keys of how far apart
+    the workers' pushes of a key reached its server (s), or None for a
+    run without --trace."""
+    if "trace_servers" not in rec:
+        return None
+    timed = range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]))
+    spread = []
+    for arrivals in rec["trace_servers"].values():
+        for key, got in arrivals.items():
+            if (int(key.split(":")[0]) in timed and
+                    len(got) == rec["workers"]):
+                ts = [t for _, t in got]
+                spread.append(max(ts) - min(ts))
+    if not spread:
+        return None
+    spread.sort()
+    return {"median": statistics.median(spread),
+            "p90": spread[int(0.9 * len(spread))]}
+
+
 def job_of(rec):
     return jobmod.Job(models.profile(rec["model"]), rec["mode"],
                       rec["workers"], rec["servers"], rec["gbps"],
                       train_bands=rec["bands"],
                       shard=rec.get("shard", "round-robin"),
-                      group_slices=rec.get("group_slices", 0.0))
+                      group_slices=rec.get("group_slices", 0.0),
+                      levels=rec.get("levels", "count"))
 
 
 def analyse(rec):
