@@ -23,6 +23,7 @@ sys.path.insert(0, HERE)
 
 import job as jobmod    # noqa: E402
 import models           # noqa: E402
+import traces           # noqa: E402
 
 TITLES = {m: models.MODELS[m][0]().title for m in models.MODELS}
 ORDER = ["vgg19", "sockeye", "resnet50", "inception3"]
@@ -204,17 +205,21 @@ def cal_table(cal):
 def diag_table(runs):
     """Per run: link use in the timed window, stall, CPU, TCP, preemption."""
     out = ["| model | Gbit/s | mode | upload | s/iter | stall s/iter | link "
-           "use workers / servers | VM CPU | TCP retrans | p3 preemptions |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "use workers / servers | push spread s, median / p90 | VM CPU | "
+           "TCP retrans | p3 preemptions |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     key = {m: i for i, m in enumerate(jobmod.MODES)}
     for r in sorted(runs, key=lambda r: (ORDER.index(r["model"]), r["gbps"],
                                          int(r["bulk"]), key[r["mode"]])):
         lu = r.get("link_util") or {}
+        spread = traces.push_spread(r)
         out.append(
             f"| {TITLES[r['model']]} | {r['gbps']:g} | {r['mode']} | "
             f"{int(r['bulk']) or '–'} | {r['iter_s']:.2f} | "
             f"{r.get('stall_s', 0):.2f} | {pct(lu.get('workers'))} / "
-            f"{pct(lu.get('servers'))} | {pct(r.get('cpu_busy'))} | "
+            f"{pct(lu.get('servers'))} | "
+            f"{fmt(spread and spread['median'])} / "
+            f"{fmt(spread and spread['p90'])} | {pct(r.get('cpu_busy'))} | "
             f"{(r.get('tcp') or {}).get('TcpRetransSegs', '–')} | "
             f"{(r.get('qdisc') or {}).get('preemptions', '–')} |")
     return "\n".join(out)
@@ -380,7 +385,11 @@ def main():
     c = cal_table(cal)
     if c:
         parts += ["\n### Shaper calibration\n", c]
-    parts += ["\n### Per run\n", diag_table(runs), "\n" + health(runs)]
+    parts += ["\n### Per run\n",
+              "Push spread: how far apart the workers' pushes of one key "
+              "reached its server (runs with --trace); a server sends a key "
+              "back only once the last of them is in.\n",
+              diag_table(runs), "\n" + health(runs)]
     text = "\n".join(parts) + "\n"
     if args.md:
         os.makedirs(os.path.dirname(os.path.abspath(args.md)), exist_ok=True)

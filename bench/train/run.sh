@@ -13,6 +13,8 @@
 # widen it; takes about an hour as shipped.  P3_TRAIN_COMPUTE_S (emulated
 # compute per iteration, 3 s) at 6 halves the VM's CPU load per second and
 # doubles the time: for hosts where the report says the CPU set the pace.
+# Every run is traced (--trace): the report gives how far apart the
+# workers' pushes of a key reached its server.
 # `run.sh --resume` finishes a sweep whose VM was stopped, keeping the runs
 # already recorded.  P3_VM_TCG_THREAD=single runs both vCPUs on one host
 # thread, as the tests do (below).
@@ -57,7 +59,7 @@ for try in 1 2 3; do
 	${P3_VM_RUN:-selftests/vm-run} --kernel "$kernel" --timeout 7200 -- \
 		$PY bench/train/emulate.py $calibrate $resume --models "$models" \
 		--grid "$grid" --bulk both --bulk-gbps "$bulk" \
-		--bulk-streams 1,4 --iters "$iters" --warmup 1 \
+		--bulk-streams 1,4 --iters "$iters" --warmup 1 --trace \
 		--repeat "$repeat" --compute-s "$compute" --out "$res" || rc=$?
 	# 125: the guest died; 122: the emulator failed (vm-run).
 	case $rc in
