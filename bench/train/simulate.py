@@ -36,15 +36,17 @@ that take turns do so a packet each, in the order they became ready:
 
 Nothing here costs time but the links and the compute, so a schedule's
 figure is what it reaches once the emulator's own CPU, TCP's congestion
-control and its ACKs are taken away.  --jitter puts back the one effect
-of that CPU a schedule is sensitive to: a host's messages of one instant
-(a layer's pushes, a key's W pulls) reach its link up to JITTER seconds
-late, uniformly at random, as when the emulator's sender thread runs late.
-Every worker then decides a little differently what its sockets take
-first, and a server waits for the last worker's copy of a key: the
-result has the spread of each key's pushes across the workers.  Run with --compare, it sets the
-measured iteration times and link use of a results file beside the
-model's.
+control and its ACKs are taken away.  Two options put back what of that
+CPU the schedules turned out to be sensitive to (docs/benchmarks.md, "Why
+one socket per peer loses"): --sender writes a socket only when
+emulate.py's sender thread runs (at each hand-over, and on its timer,
+each host at its own phase), and --jitter hands each host's messages of
+one instant (a layer's pushes, a key's W pulls) to its sender up to
+JITTER seconds late, in order.  The workers then decide differently
+what their sockets take first, and a server waits for the last worker's
+copy of a key; records give the push spread of the keys.  Run with
+--compare, it sets the measured iteration times, link use and push
+spread of a results file beside the model's.
 """
 import argparse
 import collections
@@ -77,6 +79,9 @@ def commit_of(lowat):
 
 
 COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
+# emulate.py's sender thread: wakes at most this long apart while data is
+# queued (its PUMP_S), or twice per TCP_NOTSENT_LOWAT at the link rate
+SENDER_S = 0.02
 POLICIES = ("fifo", "p3user", "p3kernel", "global")
 # Each mode's plan (keys, sharding, levels) and link policy.
 MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
@@ -100,6 +105,7 @@ class Socket:
         self.written = collections.deque()  # [message, bytes] not sent
         self.unsent = 0
         self.cur, self.cur_left = None, 0   # the message being written
+        self.in_turns = False           # waiting for the link's turn
 
     def add(self, msg, nbytes):
         if self.ordered:
@@ -149,6 +155,9 @@ class Upload:
     """A co-located bulk upload's socket: always has a packet to send,
     and nothing it sends is awaited."""
 
+    unsent = 1
+    in_turns = True
+
     def busy(self):
         return True
 
@@ -165,13 +174,16 @@ class Link:
     rotation within a band does and as a FIFO does when each flow keeps
     one packet in it."""
 
-    def __init__(self, policy, rate, packet, commit=None):
+    def __init__(self, policy, rate, packet, commit=None, refill=True):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy}")
         self.policy, self.rate, self.packet = policy, rate, packet
         # what a socket holds written ahead of the link: at least the
         # packet the qdisc holds
         self.commit = max(packet, commit or 0)
+        # whether a socket is written again as soon as it drains, or
+        # only when the sender calls refill()
+        self.refill_at_once = refill
         self.sockets = {}               # (level, peer) -> Socket, Upload
         self.turns = collections.defaultdict(collections.deque)  # by level
         self.strict = []                # policy global: one heap of all
@@ -195,10 +207,21 @@ class Link:
         if sock is None:
             sock = self.sockets[(level, msg.peer)] = \
                 Socket(self.policy != "fifo")
-        if not sock.busy():
-            self.turns[level].append(sock)
         sock.add(msg, nbytes)
         sock.fill(self.commit)          # libp3 writes at once if it can
+        self._join(level, sock)
+
+    def _join(self, level, sock):
+        """A socket with bytes written joins the turns at the back."""
+        if sock.unsent and not sock.in_turns:
+            sock.in_turns = True
+            self.turns[level].append(sock)
+
+    def refill(self):
+        """The sender writes every socket that has room (libp3's poll)."""
+        for (level, _), sock in self.sockets.items():
+            sock.fill(self.commit)
+            self._join(level, sock)
 
     def add_upload(self, peer, level):
         """A bulk stream to @peer; sch_p3 puts it in band @level, every
@@ -221,9 +244,12 @@ class Link:
         turns = self.turns[min(levels)]
         sock = turns.popleft()
         pkt = sock.take(self.packet)
-        sock.fill(self.commit)          # and again as the socket drains
-        if sock.busy():
+        if self.refill_at_once:
+            sock.fill(self.commit)      # and again as the socket drains
+        if sock.unsent:
             turns.append(sock)
+        else:
+            sock.in_turns = False
         return pkt
 
     def _next_global(self):
@@ -245,22 +271,34 @@ class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
     def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0,
-                 server_policy=None, jitter=0.0, seed=0):
+                 server_policy=None, jitter=0.0, seed=0, sender=False):
         self.j = j
         self.jitter, self.rnd = jitter, random.Random(seed)
-        self.batch = (None, 0.0)        # (instant, host), its delay
+        self.batch = (None, 0.0)        # (instant, host), when it is in
+        self.handed = {}                # host: when its last batch was in
         self.pushed = collections.defaultdict(list)  # (it, key id): times
+        self.spreads = []               # of the timed keys, after run()
         self.rate = j.rate * jobmod.GOODPUT
         self.now = 0.0
         self.events = []                # (time, seq, callback)
         # one counter for the events' tie-break and the messages' arrival
         # order: both only need to grow
         self.seq = itertools.count()
-        self.links = {("w", i): Link(policy, self.rate, packet, commit)
+        self.links = {("w", i): Link(policy, self.rate, packet, commit,
+                                     not sender)
                       for i in range(j.workers)}
         self.links.update({("s", i): Link(server_policy or policy, self.rate,
-                                          packet, commit)
+                                          packet, commit, not sender)
                            for i in range(j.servers)})
+        if sender:
+            # emulate.py's sender thread writes the sockets when it hands
+            # a batch over and then every `period` while data is queued;
+            # each host's timer runs at its own phase
+            lowat = commit - 2 * PACKET + 1
+            period = min(SENDER_S, lowat / 2 / j.rate)
+            for host in self.links:
+                self.at(self.rnd.uniform(0, period),
+                        lambda host=host: self._tick(host, period))
         self.by_layer = j.keys_of_layer()
         self.pushes = collections.Counter()     # (iteration, key id)
         self.parts = collections.Counter()      # (worker, iteration, layer)
@@ -279,19 +317,35 @@ class Cluster:
         heapq.heappush(self.events, (t, next(self.seq), fn))
 
     def send(self, host, peer, key, iteration):
+        """Hands a message to @host's link, or with jitter its batch (the
+        messages of this instant) up to `jitter` s late, never before the
+        batch handed over before it: one sender thread per host takes
+        them in order."""
         if not self.jitter:
             self._queue(host, peer, key, iteration)
             return
         if self.batch[0] != (self.now, host):
-            self.batch = ((self.now, host), self.rnd.uniform(0, self.jitter))
-        self.at(self.now + self.batch[1],
-                lambda: self._queue(host, peer, key, iteration))
+            t = max(self.now + self.rnd.uniform(0, self.jitter),
+                    self.handed.get(host, 0.0))
+            self.handed[host] = t
+            self.batch = ((self.now, host), t)
+        self.at(self.batch[1], lambda: self._queue(host, peer, key, iteration))
+
+    def _tick(self, host, period):
+        """The sender's timer: writes what fits, and comes back."""
+        link = self.links[host]
+        link.refill()
+        if link.sending is None:
+            self._pump(host)
+        self.at(self.now + period, lambda: self._tick(host, period))
 
     def _queue(self, host, peer, key, iteration):
         link = self.links[host]
         msg = Message((iteration, key.prio, next(self.seq)), peer, key,
                       iteration)
         link.add(msg, key.nbytes + jobmod.FRAME_HDR)
+        if not link.refill_at_once:
+            link.refill()               # libp3's poll after a hand-over
         if link.sending is None:
             self._pump(host)
 
@@ -387,41 +441,44 @@ class Cluster:
         t0, t1 = self.starts[0][warmup], self.starts[0][-1]
         serve = [lk.busy_share(t0, t1) for h, lk in self.links.items()
                  if h[0] == "s"]
-        # how far apart the workers' pushes of a key reached its server
-        spread = sorted(max(ts) - min(ts) for (it, _), ts in
+        # how far apart the workers' pushes of a key reached its server,
+        # as traces.push_spreads has it: the timed iterations but the
+        # last, whose keys the run does not wait for
+        self.spreads = [max(ts) - min(ts) for (it, _), ts in
                         self.pushed.items()
-                        if it >= warmup and len(ts) == self.j.workers)
+                        if warmup <= it < starts - 2 and
+                        len(ts) == self.j.workers]
         return {"iter_s": statistics.mean(per),
                 "ideal_iter_s": ideal["iter_s"],
-                "push_spread_s": {"median": statistics.median(spread),
-                                  "p90": spread[int(0.9 * len(spread))]},
+                "push_spread_s": traces.spread_summary(self.spreads),
                 "link_util": {"workers": statistics.mean(work),
                               "servers": statistics.mean(serve)}}
 
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
              commit=COMMIT, upload=0, server_policy=None, jitter=0.0,
-             seeds=1, **job_args):
+             sender=False, seeds=1, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
-    @server_policy, if given).  With @jitter, the means over @seeds
-    runs (seeds 0, 1, ...)."""
+    @server_policy, if given).  With @jitter or @sender, random: the
+    means over @seeds runs (seeds 0, 1, ...), and the push spread of
+    all their keys."""
     plan, policy = MODES[mode]
     j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
-    runs = [Cluster(j, policy, packet, commit, upload, server_policy,
-                    jitter, seed).run(iters, warmup)
-            for seed in range(seeds if jitter else 1)]
-    res = mean_of(runs)
+    clusters = [Cluster(j, policy, packet, commit, upload, server_policy,
+                        jitter, seed, sender)
+                for seed in range(seeds if jitter or sender else 1)]
+    runs = [c.run(iters, warmup) for c in clusters]
+    res = {"iter_s": statistics.mean(r["iter_s"] for r in runs),
+           "ideal_iter_s": runs[0]["ideal_iter_s"],
+           "link_util": {side: statistics.mean(r["link_util"][side]
+                                               for r in runs)
+                         for side in runs[0]["link_util"]},
+           "push_spread_s": traces.spread_summary(
+               [x for c in clusters for x in c.spreads])}
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
-                "upload": upload, "jitter": jitter})
+                "upload": upload, "jitter": jitter, "sender": sender})
     return res
-
-
-def mean_of(runs):
-    """The mean of run records, field by field (nested dicts too)."""
-    if isinstance(runs[0], dict):
-        return {k: mean_of([r[k] for r in runs]) for k in runs[0]}
-    return statistics.mean(runs)
 
 
 def setting(r):
@@ -469,17 +526,17 @@ def row(r, fifo_s, runs=None):
     if runs is not None:
         m = statistics.mean(x["iter_s"] for x in runs)
         use = statistics.mean(x["link_util"]["workers"] for x in runs)
-        spreads = [s for s in map(traces.push_spread, runs) if s]
+        spreads = [x for run in runs for x in traces.push_spreads(run)]
         cells += [f"{m:.3f}" + (f" ({len(runs)})" if len(runs) > 1 else ""),
                   f"{m / r['iter_s']:.3f}", f"{use:.0%}",
-                  spread_cell({"push_spread_s": mean_of(spreads)})
-                  if spreads else ""]
+                  spread_cell({"push_spread_s":
+                               traces.spread_summary(spreads)})]
     return "| " + " | ".join(cells) + " |"
 
 
 def spread_cell(r):
     s = r["push_spread_s"]
-    return f"{s['median']:.2f} / {s['p90']:.2f}"
+    return "" if s is None else f"{s['median']:.2f} / {s['p90']:.2f}"
 
 
 HEAD = ["model", "Gbit/s", "mode", "model s/iter", "gap closed",
@@ -509,7 +566,7 @@ def progress(what):
 
 def compare(path, iters, warmup, packet, noise):
     """The model of every configuration a results file ran, beside it
-    (with @noise: jitter and seeds)."""
+    (with @noise: jitter, sender and seeds)."""
     runs = measured(path)
     fifo_s = {}                         # the gap's reference, per point
     print_head(HEAD + HEAD_RUNS)
@@ -558,16 +615,24 @@ def main():
                     "link up to SECONDS late (uniform), as the emulator's "
                     "CPU does; the means of --seeds runs")
     ap.add_argument("--seeds", type=int, default=5,
-                    help="runs per point with --jitter (default %(default)s)")
+                    help="runs per point with --jitter or --sender "
+                    "(default %(default)s)")
+    ap.add_argument("--sender", action="store_true",
+                    help="write the sockets only when emulate.py's sender "
+                    "thread runs: at each hand-over and every "
+                    "min(20 ms, TCP_NOTSENT_LOWAT / 2 / rate), each host "
+                    "at a random phase")
     ap.add_argument("--compare", metavar="RESULTS.jsonl",
                     help="model what emulate.py's results file ran, with "
                     "each run's settings (its TCP_NOTSENT_LOWAT sets "
                     "--commit; of the options above only --iters, "
-                    "--warmup, --packet, --jitter and --seeds apply)")
+                    "--warmup, --packet, --jitter, --sender and --seeds "
+                    "apply)")
     args = ap.parse_args()
     if args.jitter < 0 or args.seeds < 1:
         ap.error("--jitter must be >= 0 and --seeds >= 1")
-    noise = {"jitter": args.jitter, "seeds": args.seeds}
+    noise = {"jitter": args.jitter, "sender": args.sender,
+             "seeds": args.seeds}
     if args.compare:
         compare(args.compare, args.iters, args.warmup, args.packet, noise)
         return 0

@@ -48,25 +48,35 @@ def fluid(events, rate):
     return idle, t + backlog / rate
 
 
-def push_spread(rec):
-    """{"median", "p90"} over the timed iterations' keys of how far apart
-    the workers' pushes of a key reached its server (s), or None for a
-    run without --trace."""
-    if "trace_servers" not in rec:
+def spread_summary(spreads):
+    """{"median", "p90"} of push spreads (s), or None for none."""
+    if len(spreads) < 2:
         return None
-    timed = range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]))
-    spread = []
+    return {"median": statistics.median(spreads),
+            "p90": statistics.quantiles(spreads, n=10)[-1]}
+
+
+def push_spreads(rec):
+    """Per key pushed in the timed iterations, how far apart the workers'
+    pushes of it reached its server (s); [] for a run without --trace.
+    The last backward pass is left out: the run ends once the next
+    forward pass has its first layer, with that pass's keys still
+    queued."""
+    if "trace_servers" not in rec:
+        return []
+    timed = range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
+    out = []
     for arrivals in rec["trace_servers"].values():
         for key, got in arrivals.items():
             if (int(key.split(":")[0]) in timed and
                     len(got) == rec["workers"]):
                 ts = [t for _, t in got]
-                spread.append(max(ts) - min(ts))
-    if not spread:
-        return None
-    spread.sort()
-    return {"median": statistics.median(spread),
-            "p90": spread[int(0.9 * len(spread))]}
+                out.append(max(ts) - min(ts))
+    return out
+
+
+def push_spread(rec):
+    return spread_summary(push_spreads(rec))
 
 
 def job_of(rec):
