@@ -59,7 +59,6 @@ SUBNET = "10.77.0"
 STORE_IP = f"{SUBNET}.200"
 BULK_PORT = 9000
 BULK_CHUNK = 1 << 20
-PUMP_S = 0.02           # sender wake-up period while data is queued
 RTO_MIN = "15s"         # see Cluster.up()
 # Packet-level sizes do not shrink with the job, so they are kept small:
 # what a flow has committed beyond the reach of user space is about
@@ -440,13 +439,11 @@ def sender(chans, q, j, to_server):
     into libp3's per-band heap of that peer's channel, ordered by
     (iteration, prio, arrival), and is written at once if its socket has
     room.  The rest is written as the sockets drain: the thread wakes for
-    every new send, and while data is queued every PUMP_S or half the time
-    NOTSENT_LOWAT lasts at the link rate, whichever is shorter, so that no
-    socket runs dry."""
+    every new send, and while data is queued every j.sender_period()."""
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"
-    pump = min(PUMP_S, NOTSENT_LOWAT / 2 / j.rate)
+    pump = j.sender_period(NOTSENT_LOWAT)
     busy = False
     while True:
         try:
@@ -967,9 +964,10 @@ def main():
                     help="sliced modes: deal slices to servers round robin "
                     "(P3), or split every layer evenly over all servers")
     ap.add_argument("--levels", default="count", choices=jobmod.LEVELS,
-                    help="p3kernel: how layers share the bands: libp3's "
-                    "planner (equal runs of layers), or no later than "
-                    "equal runs of bytes would put them")
+                    help="p3kernel (other modes have no levels): how layers "
+                    "share the bands: libp3's planner (equal runs of "
+                    "layers), or no later than equal runs of bytes would "
+                    "put them (an experiment, not faster)")
     ap.add_argument("--group-slices", type=float, default=0.0,
                     help="sliced modes: layers the forward pass needs within "
                     "this many slice times of each other share a level "

@@ -79,9 +79,6 @@ def commit_of(lowat):
 
 
 COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
-# emulate.py's sender thread: wakes at most this long apart while data is
-# queued (its PUMP_S), or twice per TCP_NOTSENT_LOWAT at the link rate
-SENDER_S = 0.02
 POLICIES = ("fifo", "p3user", "p3kernel", "global")
 # Each mode's plan (keys, sharding, levels) and link policy.
 MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
@@ -294,8 +291,7 @@ class Cluster:
             # emulate.py's sender thread writes the sockets when it hands
             # a batch over and then every `period` while data is queued;
             # each host's timer runs at its own phase
-            lowat = commit - 2 * PACKET + 1
-            period = min(SENDER_S, lowat / 2 / j.rate)
+            period = j.sender_period(commit - 2 * PACKET + 1)
             for host in self.links:
                 self.at(self.rnd.uniform(0, period),
                         lambda host=host: self._tick(host, period))

@@ -435,6 +435,9 @@ def jitter_checks(t, profiles):
              for lv in job.LEVELS}
     t.ok(len({tuple(k.level for k in j.keys) for j in plans.values()}) == 1,
          "sockeye: levels by bytes are the planner's")
+    user = job.Job(vgg, "p3user", gbps=1, levels="bytes")
+    t.ok(user.levels == "count" and user.describe()["levels"] == "count",
+         "levels apply to the kernel mode only: user space records none")
     vgg_lv = {k.layer: k.level for k in
               job.Job(vgg, "p3kernel", gbps=1, levels="bytes").keys}
     t.ok([la for la, lv in sorted(vgg_lv.items()) if lv] == [17, 18] and
