@@ -78,6 +78,11 @@ def commit_of(lowat):
     return PACKET + lowat - 1 + PACKET
 
 
+def lowat_of(commit):
+    """The TCP_NOTSENT_LOWAT that commit_of() turns into @commit."""
+    return commit - 2 * PACKET + 1
+
+
 COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
 POLICIES = ("fifo", "p3user", "p3kernel", "global")
 # Each mode's plan (keys, sharding, levels) and link policy.
@@ -109,9 +114,6 @@ class Socket:
             heapq.heappush(self.waiting, (msg, nbytes))
         else:
             self.waiting.append((msg, nbytes))
-
-    def busy(self):
-        return bool(self.unsent or self.cur or self.waiting)
 
     def fill(self, commit):
         while self.unsent < commit and (self.cur or self.waiting):
@@ -152,11 +154,9 @@ class Upload:
     """A co-located bulk upload's socket: always has a packet to send,
     and nothing it sends is awaited."""
 
+    # always written, always in the link's turns
     unsent = 1
     in_turns = True
-
-    def busy(self):
-        return True
 
     def take(self, packet):
         return [], packet
@@ -291,12 +291,11 @@ class Cluster:
             # emulate.py's sender thread writes the sockets when it hands
             # a batch over and then every `period` while data is queued;
             # each host's timer runs at its own phase
-            period = j.sender_period(commit - 2 * PACKET + 1)
+            period = j.sender_period(lowat_of(commit))
             for host in self.links:
                 self.at(self.rnd.uniform(0, period),
                         lambda host=host: self._tick(host, period))
         self.by_layer = j.keys_of_layer()
-        self.pushes = collections.Counter()     # (iteration, key id)
         self.parts = collections.Counter()      # (worker, iteration, layer)
         self.nparts = [len(self.by_layer[la]) for la in range(len(j.fwd))]
         self.ready = [[0] * len(j.fwd) for _ in range(j.workers)]
@@ -366,9 +365,7 @@ class Cluster:
         if host[0] == "w":              # a push reached server msg.peer
             pk = (msg.iteration, msg.key.id)
             self.pushed[pk].append(self.now)
-            self.pushes[pk] += 1
-            if self.pushes[pk] == self.j.workers:
-                del self.pushes[pk]
+            if len(self.pushed[pk]) == self.j.workers:
                 for w in range(self.j.workers):
                     self.send(("s", msg.peer), w, msg.key, msg.iteration + 1)
             return
@@ -608,8 +605,8 @@ def main():
                     "on every worker")
     ap.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
                     help="hand a host's messages of one instant to its "
-                    "link up to SECONDS late (uniform), as the emulator's "
-                    "CPU does; the means of --seeds runs")
+                    "sender up to SECONDS late (uniform, in order), as the "
+                    "emulator's CPU does; the means of --seeds runs")
     ap.add_argument("--seeds", type=int, default=5,
                     help="runs per point with --jitter or --sender "
                     "(default %(default)s)")
