@@ -293,16 +293,16 @@ def tx_bytes(dev="eth0"):
     return 0
 
 
-def sample_tx(ctl, period=0.25, trace=None):
+def sample_tx(ctl, period=0.25, trace=None, late=None):
     """Samples this host's sent bytes until the controller asks for them,
-    then reports them with @trace, if any."""
+    then reports them with @trace and @late, if any."""
     samples = []
     while True:
         samples.append((time.monotonic(), tx_bytes()))
         r, _, _ = select.select([ctl.r], [], [], period)
         if r:
             ctl.wait("report")
-            ctl.send(samples=samples, trace=trace)
+            ctl.send(samples=samples, trace=trace, late=late)
             return
 
 
@@ -433,13 +433,16 @@ def fatal(ctl, what):
 
 # --------------------------------------------------------------- sending
 
-def sender(chans, q, j, to_server):
+def sender(chans, q, j, to_server, late=None):
     """The host's one sender thread, as in P3 (libp3 handles are not
-    thread-safe either).  q holds (peer, keys, iteration); each send goes
-    into libp3's per-band heap of that peer's channel, ordered by
-    (iteration, prio, arrival), and is written at once if its socket has
-    room.  The rest is written as the sockets drain: the thread wakes for
-    every new send, and while data is queued every j.sender_period()."""
+    thread-safe either).  q holds (peer, keys, iteration, due), due the
+    moment the hand-over was due; each send goes into libp3's per-band
+    heap of that peer's channel, ordered by (iteration, prio, arrival),
+    and is written at once if its socket has room.  The rest is written
+    as the sockets drain: the thread wakes for every new send, and while
+    data is queued every j.sender_period().  @late, if given, gets
+    (iteration, seconds) for every hand-over: how long after it was due
+    the sender took it, the timing noise simulate.py --jitter models."""
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"
@@ -455,7 +458,9 @@ def sender(chans, q, j, to_server):
                 batch.append(q.get_nowait())
             except queue.Empty:
                 break
-        for peer, keys, it in batch:
+        for peer, keys, it, due in batch:
+            if late is not None:
+                late.append((it, round(time.monotonic() - due, 6)))
             ch = chans[peer]
             for k in keys:
                 if to_server:
@@ -513,6 +518,7 @@ def server_main(ctl, j, sid, cfg):
     last = cfg["iters"]
     # --trace: when each worker's push of a key arrived, by "iteration:key"
     pushed = collections.defaultdict(list) if cfg["trace"] else None
+    late = [] if cfg["trace"] else None
 
     def receive(w, ch):
         bufs = {k.id: bytearray(k.nbytes) for k in mine}
@@ -522,9 +528,9 @@ def server_main(ctl, j, sid, cfg):
             for c in ch.poll(0.5):
                 if c.iteration + 1 < last:
                     ch.expect(c.tensor, bufs[c.tensor], c.iteration + 1)
+                now = time.monotonic()
                 if pushed is not None:
-                    pushed[f"{c.iteration}:{c.tensor}"].append(
-                        (w, time.monotonic()))
+                    pushed[f"{c.iteration}:{c.tensor}"].append((w, now))
                 with lock:
                     count[c.tensor] += 1
                     full = count[c.tensor] == W
@@ -533,15 +539,15 @@ def server_main(ctl, j, sid, cfg):
                 if full:
                     keys = [byid[c.tensor]]
                     for w2 in range(W):
-                        txq.put((w2, keys, c.iteration + 1))
+                        txq.put((w2, keys, c.iteration + 1, now))
 
     wrap = fatal(ctl, f"server {sid}")
-    threading.Thread(target=wrap, args=(sender, pull, txq, j, False),
+    threading.Thread(target=wrap, args=(sender, pull, txq, j, False, late),
                      daemon=True).start()
     for w in range(W):
         threading.Thread(target=wrap, args=(receive, w, push[w]),
                          daemon=True).start()
-    sample_tx(ctl, trace=pushed)
+    sample_tx(ctl, trace=pushed, late=late)
     while True:
         time.sleep(3600)
 
@@ -586,6 +592,7 @@ def worker_main(ctl, j, wid, cfg):
     # "iteration:layer:server"
     pulled = {} if cfg["trace"] else None
     bwd_end = []
+    late = [] if cfg["trace"] else None
     txq = queue.Queue()
 
     def receive(s, ch):
@@ -609,7 +616,7 @@ def worker_main(ctl, j, wid, cfg):
                         cond.notify_all()
 
     wrap = fatal(ctl, f"worker {wid}")
-    threading.Thread(target=wrap, args=(sender, push, txq, j, True),
+    threading.Thread(target=wrap, args=(sender, push, txq, j, True, late),
                      daemon=True).start()
     for s in range(S):
         threading.Thread(target=wrap, args=(receive, s, pull[s]),
@@ -643,14 +650,14 @@ def worker_main(ctl, j, wid, cfg):
             sleep_until(t)
             for s in range(S):
                 if push_keys[la][s]:
-                    txq.put((s, push_keys[la][s], it))
+                    txq.put((s, push_keys[la][s], it, t))
         stalls.append(stall)
         bwd_end.append(t)
     trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None
     if trace is not None and pulled is not None:
         trace["pulled"] = pulled
     ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
-                     "trace": trace})
+                     "trace": trace, "late": late})
     while True:
         time.sleep(3600)
 
@@ -883,6 +890,9 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
     })
     if trace:
         rec["trace_servers"] = {n: r["trace"] for n, r in srv.items()}
+        rec["trace_late"] = {
+            "workers": {n: r["result"]["late"] for n, r in res.items()},
+            "servers": {n: r["late"] for n, r in srv.items()}}
     return rec
 
 
@@ -985,7 +995,8 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--trace", action="store_true",
                     help="record when every push and pull of every key "
-                    "arrived (servers, and worker 0's pulls)")
+                    "arrived (servers, and worker 0's pulls), and how late "
+                    "every host's sender took each hand-over")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",

@@ -42,7 +42,9 @@ one socket per peer loses"): --sender writes a socket only when
 emulate.py's sender thread runs (at each hand-over, and on its timer,
 each host at its own phase), and --jitter hands each host's messages of
 one instant (a layer's pushes, a key's W pulls) to its sender up to
-JITTER seconds late, in order.  The workers then decide differently
+JITTER seconds late, in order.  With --compare, "--jitter measured"
+draws each lateness from the hand-overs of the runs being modelled
+(workers' and servers' apart; emulate.py --trace records them).  The workers then decide differently
 what their sockets take first, and a server waits for the last worker's
 copy of a key; records give the push spread of the keys.  Run with
 --compare, it sets the measured iteration times, link use and push
@@ -313,18 +315,26 @@ class Cluster:
 
     def send(self, host, peer, key, iteration):
         """Hands a message to @host's link, or with jitter its batch (the
-        messages of this instant) up to `jitter` s late, never before the
-        batch handed over before it: one sender thread per host takes
-        them in order."""
+        messages of this instant) late, never before the batch handed
+        over before it: one sender thread per host takes them in
+        order."""
         if not self.jitter:
             self._queue(host, peer, key, iteration)
             return
         if self.batch[0] != (self.now, host):
-            t = max(self.now + self.rnd.uniform(0, self.jitter),
+            t = max(self.now + self._lateness(host),
                     self.handed.get(host, 0.0))
             self.handed[host] = t
             self.batch = ((self.now, host), t)
         self.at(self.batch[1], lambda: self._queue(host, peer, key, iteration))
+
+    def _lateness(self, host):
+        """A batch's delay: up to `jitter` s, uniformly, or one drawn
+        from the measured ones of @host's role."""
+        if isinstance(self.jitter, dict):
+            return self.rnd.choice(
+                self.jitter["workers" if host[0] == "w" else "servers"])
+        return self.rnd.uniform(0, self.jitter)
 
     def _tick(self, host, period):
         """The sender's timer: writes what fits, and comes back."""
@@ -453,9 +463,10 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
              sender=False, seeds=1, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
-    @server_policy, if given).  With @jitter or @sender, random: the
-    means over @seeds runs (seeds 0, 1, ...), and the push spread of
-    all their keys."""
+    @server_policy, if given).  @jitter: seconds (uniform), or
+    {"workers": [...], "servers": [...]}, measured lateness to draw from.
+    With @jitter or @sender, random: the means over @seeds runs (seeds
+    0, 1, ...), and the push spread of all their keys."""
     plan, policy = MODES[mode]
     j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
     clusters = [Cluster(j, policy, packet, commit, upload, server_policy,
@@ -470,19 +481,15 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
            "push_spread_s": traces.spread_summary(
                [x for c in clusters for x in c.spreads])}
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
-                "upload": upload, "jitter": jitter, "sender": sender})
+                "upload": upload, "sender": sender,
+                "jitter": "measured" if isinstance(jitter, dict) else jitter})
     return res
 
 
 def setting(r):
     """A run's settings, as simulate() takes them."""
     return {"commit": commit_of(r.get("lowat", jobmod.NOTSENT_LOWAT)),
-            "workers": r["workers"], "servers": r["servers"],
-            "slice_bytes": r.get("slice_bytes"), "train_bands": r["bands"],
-            "shard": r.get("shard", "round-robin"),
-            "levels": r.get("levels", "count"),
-            "group_slices": r.get("group_slices", 0.0),
-            "compute_s": round(r["compute_s"], 6)}
+            **traces.job_args(r)}
 
 
 def measured(path):
@@ -557,23 +564,59 @@ def progress(what):
     print(f"simulating {what}", file=sys.stderr, flush=True)
 
 
+def pooled_lateness(runs):
+    """The hand-overs' lateness of @runs, pooled per role, or None if
+    a role has none (runs without emulate.py --trace)."""
+    late = {"workers": [], "servers": []}
+    for r in runs:
+        for role, xs in traces.lateness(r).items():
+            late[role] += xs
+    return late if all(late.values()) else None
+
+
 def compare(path, iters, warmup, packet, noise):
     """The model of every configuration a results file ran, beside it
-    (with @noise: jitter, sender and seeds)."""
+    (with @noise: jitter, sender and seeds; jitter "measured" takes the
+    lateness of the configuration's own runs, and for FIFO, the gap's
+    reference, of all runs at the point)."""
     runs = measured(path)
+    at_point = collections.defaultdict(list)
+    for (model, gbps, _, _, st, _), rs in runs.items():
+        at_point[(model, gbps, st)] += rs
     fifo_s = {}                         # the gap's reference, per point
     print_head(HEAD + HEAD_RUNS)
     for (model, gbps, mode, up, st, notes), rs in runs.items():
         progress(f"{model} at {gbps:g} Gbit/s, {mode}, upload {up}")
         prof = models.profile(model)
+        own, point = dict(noise), dict(noise)
+        if noise["jitter"] == "measured":
+            own["jitter"] = pooled_lateness(rs)
+            point["jitter"] = pooled_lateness(at_point[(model, gbps, st)])
+            if own["jitter"] is None:
+                progress("  skipped: no lateness recorded (--trace)")
+                continue
         if (model, gbps, st) not in fifo_s:
             fifo_s[(model, gbps, st)] = simulate(
-                prof, "fifo", gbps, iters, warmup, packet, **noise,
+                prof, "fifo", gbps, iters, warmup, packet, **point,
                 **dict(st))["iter_s"]
         r = simulate(prof, mode, gbps, iters, warmup, packet, upload=up,
-                     **noise, **dict(st))
+                     **own, **dict(st))
         r["note"] = ", ".join(setting_notes(mode, dict(st)) + list(notes))
         print(row(r, fifo_s[(model, gbps, st)], rs))
+
+
+def jitter_arg(text):
+    """--jitter: seconds >= 0, or "measured"."""
+    if text == "measured":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(
+            f"want seconds >= 0 or 'measured', not {text!r}")
+    return v
 
 
 def main():
@@ -603,10 +646,13 @@ def main():
     ap.add_argument("--upload", type=int, default=0, metavar="STREAMS",
                     help="a co-located bulk upload of STREAMS connections "
                     "on every worker")
-    ap.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
+    ap.add_argument("--jitter", type=jitter_arg, default=0.0,
+                    metavar="SECONDS|measured",
                     help="hand a host's messages of one instant to its "
                     "sender up to SECONDS late (uniform, in order), as the "
-                    "emulator's CPU does; the means of --seeds runs")
+                    "emulator's CPU does; with --compare, 'measured' draws "
+                    "from the lateness its runs recorded; the means of "
+                    "--seeds runs")
     ap.add_argument("--seeds", type=int, default=5,
                     help="runs per point with --jitter or --sender "
                     "(default %(default)s)")
@@ -622,8 +668,11 @@ def main():
                     "--warmup, --packet, --jitter, --sender and --seeds "
                     "apply)")
     args = ap.parse_args()
-    if args.jitter < 0 or args.seeds < 1:
-        ap.error("--jitter must be >= 0 and --seeds >= 1")
+    if args.seeds < 1:
+        ap.error("--seeds must be >= 1")
+    if args.jitter == "measured" and not args.compare:
+        ap.error("--jitter measured needs --compare: the lateness comes "
+                 "from its runs")
     noise = {"jitter": args.jitter, "sender": args.sender,
              "seeds": args.seeds}
     if args.compare:

@@ -427,6 +427,18 @@ def jitter_checks(t, profiles):
     t.ok(sorted(got) == [0.25, 0.5] and
          traces.push_spreads({"warmup": 1}) == [],
          f"traces.push_spreads: {got}")
+    # traces.lateness: the same iterations; a server's pulls of
+    # iteration i answer the pushes of i - 1
+    rec["trace_late"] = {
+        "workers": {"w0": [[0, 9.0], [1, 0.001], [2, 0.002], [3, 9.0]],
+                    "w1": [[2, 0.004]]},
+        "servers": {"s0": [[1, 9.0], [2, 0.010], [3, 0.020], [4, 9.0]]}}
+    got = traces.lateness(rec)
+    t.ok(got == {"workers": [0.001, 0.002, 0.004],
+                 "servers": [0.010, 0.020]} and
+         traces.lateness({"warmup": 1}) == {} and
+         traces.late_summary(got["workers"])["max"] == 0.004,
+         f"traces.lateness: {got}")
 
     # levels "bytes": VGG-19's fc7 and fc8 alone in the last band;
     # Sockeye's first layers hold half its bytes, so it keeps the

@@ -16,6 +16,10 @@ Per run, means over the timed iterations (times in seconds after worker
   end         when worker 0 had each server's last pull, against that
               finish (lag: how far the real link trails the fluid one).
 
+and then, for runs that have it, how late each host's sender took its
+hand-overs (median, p90, p99 and max, workers and servers apart): the
+timing noise simulate.py --jitter models.
+
 Rates over a window are not given: a message counts when its last byte
 arrives, so a window's count is off by up to one message per socket.
 """
@@ -64,7 +68,7 @@ def push_spreads(rec):
     queued."""
     if "trace_servers" not in rec:
         return []
-    timed = range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
+    timed = timed_pushes(rec)
     out = []
     for arrivals in rec["trace_servers"].values():
         for key, got in arrivals.items():
@@ -79,13 +83,50 @@ def push_spread(rec):
     return spread_summary(push_spreads(rec))
 
 
+def timed_pushes(rec):
+    """The iterations whose pushes push_spreads counts."""
+    return range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
+
+
+def lateness(rec):
+    """{"workers": [...], "servers": [...]}: how late (s) each host's
+    sender took each hand-over of the timed iterations (a worker's push
+    of a layer to one server, after that layer's backward was due to end;
+    a server's pull of a key to one worker, after the last push of it
+    arrived); {} for a run without it.  A server's pulls of iteration i
+    answer the pushes of i - 1."""
+    if "trace_late" not in rec:
+        return {}
+    timed = timed_pushes(rec)
+    return {role: [s for host in rec["trace_late"][role].values()
+                   for it, s in host if it - shift in timed]
+            for role, shift in (("workers", 0), ("servers", 1))}
+
+
+def late_summary(late):
+    """{"median", "p90", "p99", "max"} of lateness (s), or None."""
+    if len(late) < 2:
+        return None
+    q = statistics.quantiles(late, n=100)
+    return {"median": statistics.median(late), "p90": q[89], "p99": q[98],
+            "max": max(late)}
+
+
+def job_args(rec):
+    """The job.Job arguments a run was made with, but its model, mode and
+    rate (records from before a setting existed ran with its default)."""
+    return {"workers": rec["workers"], "servers": rec["servers"],
+            "slice_bytes": rec.get("slice_bytes"),
+            "train_bands": rec["bands"],
+            "shard": rec.get("shard", "round-robin"),
+            "levels": rec.get("levels", "count"),
+            "group_slices": rec.get("group_slices", 0.0),
+            "compute_s": round(rec["compute_s"], 6)}
+
+
 def job_of(rec):
     return jobmod.Job(models.profile(rec["model"]), rec["mode"],
-                      rec["workers"], rec["servers"], rec["gbps"],
-                      train_bands=rec["bands"],
-                      shard=rec.get("shard", "round-robin"),
-                      group_slices=rec.get("group_slices", 0.0),
-                      levels=rec.get("levels", "count"))
+                      gbps=rec["gbps"], **job_args(rec))
 
 
 def analyse(rec):
@@ -96,7 +137,7 @@ def analyse(rec):
     bwd_end = tw["bwd_end"]
     W, S = rec["workers"], rec["servers"]
     last, idle, finish, end, lag = [], [], [], [], []
-    for it in range(1, len(bwd_end) - 1):
+    for it in timed_pushes(rec):
         t0 = bwd_end[it]
         full = {}
         for arrivals in rec["trace_servers"].values():
@@ -126,19 +167,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results")
     args = ap.parse_args()
+    with open(args.results) as f:
+        recs = [r for r in map(json.loads, f) if "trace_servers" in r]
     print("| model | Gbit/s | mode | s/iter | last push | server idle | "
           "fluid finish | end (lag) |")
     print("|---|---|---|---|---|---|---|---|")
-    with open(args.results) as f:
-        for line in f:
-            rec = json.loads(line)
-            if "trace_servers" not in rec:
-                continue
-            a = analyse(rec)
-            print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
-                  f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
-                  f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
-                  f"{a['end']:.3f} ({a['lag']:+.3f}) |")
+    for rec in recs:
+        a = analyse(rec)
+        print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
+              f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
+              f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
+              f"{a['end']:.3f} ({a['lag']:+.3f}) |")
+    late = [(rec, lateness(rec)) for rec in recs if "trace_late" in rec]
+    if late:
+        print("\n| model | Gbit/s | mode | hand-overs late, workers (ms: "
+              "median / p90 / p99 / max) | servers |")
+        print("|---|---|---|---|---|")
+    for rec, by_role in late:
+        cells = []
+        for role in ("workers", "servers"):
+            q = late_summary(by_role[role])
+            cells.append("" if q is None else " / ".join(
+                f"{q[k] * 1e3:.1f}" for k in ("median", "p90", "p99", "max")))
+        print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
+              f"{cells[0]} | {cells[1]} |")
     return 0
 
 
