@@ -293,16 +293,16 @@ def tx_bytes(dev="eth0"):
     return 0
 
 
-def sample_tx(ctl, period=0.25, trace=None, late=None):
+def sample_tx(ctl, period=0.25, trace=None, late=None, ticks=None):
     """Samples this host's sent bytes until the controller asks for them,
-    then reports them with @trace and @late, if any."""
+    then reports them with @trace, @late and @ticks, if any."""
     samples = []
     while True:
         samples.append((time.monotonic(), tx_bytes()))
         r, _, _ = select.select([ctl.r], [], [], period)
         if r:
             ctl.wait("report")
-            ctl.send(samples=samples, trace=trace, late=late)
+            ctl.send(samples=samples, trace=trace, late=late, ticks=ticks)
             return
 
 
@@ -433,7 +433,7 @@ def fatal(ctl, what):
 
 # --------------------------------------------------------------- sending
 
-def sender(chans, q, j, to_server, late=None):
+def sender(chans, q, j, to_server, late=None, ticks=None):
     """The host's one sender thread, as in P3 (libp3 handles are not
     thread-safe either).  q holds (peer, keys, iteration, due), due the
     moment the hand-over was due; each send goes into libp3's per-band
@@ -442,17 +442,21 @@ def sender(chans, q, j, to_server, late=None):
     as the sockets drain: the thread wakes for every new send, and while
     data is queued every j.sender_period().  @late, if given, gets
     (iteration, seconds) for every hand-over: how long after it was due
-    the sender took it, the timing noise simulate.py --jitter models."""
+    the sender took it; @ticks how late (s) the timer woke it, beyond
+    its period: the timing noise simulate.py --jitter models."""
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"
     pump = j.sender_period(NOTSENT_LOWAT)
     busy = False
     while True:
+        asleep = time.monotonic()
         try:
             batch = [q.get(timeout=pump if busy else None)]
         except queue.Empty:
             batch = []
+            if ticks is not None:
+                ticks.append(round(time.monotonic() - asleep - pump, 6))
         while True:
             try:
                 batch.append(q.get_nowait())
@@ -518,7 +522,7 @@ def server_main(ctl, j, sid, cfg):
     last = cfg["iters"]
     # --trace: when each worker's push of a key arrived, by "iteration:key"
     pushed = collections.defaultdict(list) if cfg["trace"] else None
-    late = [] if cfg["trace"] else None
+    late, ticks = ([], []) if cfg["trace"] else (None, None)
 
     def receive(w, ch):
         bufs = {k.id: bytearray(k.nbytes) for k in mine}
@@ -542,12 +546,13 @@ def server_main(ctl, j, sid, cfg):
                         txq.put((w2, keys, c.iteration + 1, now))
 
     wrap = fatal(ctl, f"server {sid}")
-    threading.Thread(target=wrap, args=(sender, pull, txq, j, False, late),
+    threading.Thread(target=wrap,
+                     args=(sender, pull, txq, j, False, late, ticks),
                      daemon=True).start()
     for w in range(W):
         threading.Thread(target=wrap, args=(receive, w, push[w]),
                          daemon=True).start()
-    sample_tx(ctl, trace=pushed, late=late)
+    sample_tx(ctl, trace=pushed, late=late, ticks=ticks)
     while True:
         time.sleep(3600)
 
@@ -592,7 +597,7 @@ def worker_main(ctl, j, wid, cfg):
     # "iteration:layer:server"
     pulled = {} if cfg["trace"] else None
     bwd_end = []
-    late = [] if cfg["trace"] else None
+    late, ticks = ([], []) if cfg["trace"] else (None, None)
     txq = queue.Queue()
 
     def receive(s, ch):
@@ -616,7 +621,8 @@ def worker_main(ctl, j, wid, cfg):
                         cond.notify_all()
 
     wrap = fatal(ctl, f"worker {wid}")
-    threading.Thread(target=wrap, args=(sender, push, txq, j, True, late),
+    threading.Thread(target=wrap,
+                     args=(sender, push, txq, j, True, late, ticks),
                      daemon=True).start()
     for s in range(S):
         threading.Thread(target=wrap, args=(receive, s, pull[s]),
@@ -657,7 +663,7 @@ def worker_main(ctl, j, wid, cfg):
     if trace is not None and pulled is not None:
         trace["pulled"] = pulled
     ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
-                     "trace": trace, "late": late})
+                     "trace": trace, "late": late, "ticks": ticks})
     while True:
         time.sleep(3600)
 
@@ -893,6 +899,9 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         rec["trace_late"] = {
             "workers": {n: r["result"]["late"] for n, r in res.items()},
             "servers": {n: r["late"] for n, r in srv.items()}}
+        rec["trace_ticks"] = {
+            "workers": {n: r["result"]["ticks"] for n, r in res.items()},
+            "servers": {n: r["ticks"] for n, r in srv.items()}}
     return rec
 
 
@@ -996,7 +1005,8 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="record when every push and pull of every key "
                     "arrived (servers, and worker 0's pulls), and how late "
-                    "every host's sender took each hand-over")
+                    "every host's sender took each hand-over and woke on "
+                    "its timer")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",

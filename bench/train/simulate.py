@@ -92,6 +92,8 @@ MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
          "p3user": ("p3user", "p3user"), "p3kernel": ("p3kernel", "p3kernel"),
          "global": ("p3kernel", "global")}
 
+# A host's role, as emulate.py's traces name it, by its links' key.
+ROLES = {"w": "workers", "s": "servers"}
 # Ordered by `order`, (iteration, forward rank, arrival), which is unique.
 Message = collections.namedtuple("Message", "order peer key iteration")
 
@@ -332,17 +334,21 @@ class Cluster:
         """A batch's delay: up to `jitter` s, uniformly, or one drawn
         from the measured ones of @host's role."""
         if isinstance(self.jitter, dict):
-            return self.rnd.choice(
-                self.jitter["workers" if host[0] == "w" else "servers"])
+            return self.rnd.choice(self.jitter[ROLES[host[0]]])
         return self.rnd.uniform(0, self.jitter)
 
     def _tick(self, host, period):
-        """The sender's timer: writes what fits, and comes back."""
+        """The sender's timer: writes what fits, and comes back, late
+        as measured if the measured lateness has the timer's."""
         link = self.links[host]
         link.refill()
         if link.sending is None:
             self._pump(host)
-        self.at(self.now + period, lambda: self._tick(host, period))
+        ticks = self.jitter.get("ticks") if isinstance(self.jitter, dict) \
+            else None
+        late = self.rnd.choice(ticks[ROLES[host[0]]]) if ticks else 0.0
+        self.at(self.now + period + late,
+                lambda: self._tick(host, period))
 
     def _queue(self, host, peer, key, iteration):
         link = self.links[host]
@@ -566,12 +572,20 @@ def progress(what):
 
 def pooled_lateness(runs):
     """The hand-overs' lateness of @runs, pooled per role, or None if
-    a role has none (runs without emulate.py --trace)."""
+    a role has none (runs without emulate.py --trace); and under
+    "ticks" the sender's timer's, if every role has some."""
     late = {"workers": [], "servers": []}
+    ticks = {"workers": [], "servers": []}
     for r in runs:
         for role, xs in traces.lateness(r).items():
             late[role] += xs
-    return late if all(late.values()) else None
+        for role, xs in traces.tick_lateness(r).items():
+            ticks[role] += xs
+    if not all(late.values()):
+        return None
+    if all(ticks.values()):
+        late["ticks"] = ticks
+    return late
 
 
 def compare(path, iters, warmup, packet, noise):
@@ -593,7 +607,8 @@ def compare(path, iters, warmup, packet, noise):
             own["jitter"] = pooled_lateness(rs)
             point["jitter"] = pooled_lateness(at_point[(model, gbps, st)])
             if own["jitter"] is None:
-                progress("  skipped: no lateness recorded (--trace)")
+                print(f"  skipped: its runs recorded no lateness "
+                      "(emulate.py --trace)", file=sys.stderr)
                 continue
         if (model, gbps, st) not in fifo_s:
             fifo_s[(model, gbps, st)] = simulate(

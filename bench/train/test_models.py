@@ -360,6 +360,21 @@ def jitter_checks(t, profiles):
     t.ok(abs(tiny["iter_s"] - exact["iter_s"]) < 1e-6 * exact["iter_s"],
          f"simulate --jitter 1e-9: {tiny['iter_s']:.6f} s, exact "
          f"{exact['iter_s']:.6f} s")
+    # Measured lateness: hand-overs and timer drawn from what a run
+    # recorded; none at all is the exact sender, a constant delay of
+    # the hand-overs every host's batches alike
+    sender = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1)
+    zero = {"workers": [0.0], "servers": [0.0],
+            "ticks": {"workers": [0.0], "servers": [0.0]}}
+    none = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
+                             jitter=zero)
+    late = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
+                             jitter=dict(zero, workers=[0.3]))
+    t.ok(none["iter_s"] == sender["iter_s"] and none["jitter"] == "measured"
+         and late["iter_s"] > sender["iter_s"] + 0.2,
+         f"simulate --jitter measured: no lateness {none['iter_s']:.4f} s, "
+         f"the sender alone {sender['iter_s']:.4f} s; every push 0.3 s "
+         f"late: {late['iter_s']:.4f} s")
     incep = profiles["inception3"]
     runs = [simulate.Cluster(job.Job(incep, "p3user", gbps=1), "p3user",
                              jitter=0.02, seed=s).run(3, 1)["iter_s"]
@@ -427,18 +442,37 @@ def jitter_checks(t, profiles):
     t.ok(sorted(got) == [0.25, 0.5] and
          traces.push_spreads({"warmup": 1}) == [],
          f"traces.push_spreads: {got}")
+    # traces.discordance: server s0 got keys 7 and 8 in opposite orders
+    # from the two workers (one pair of three), s1 its keys in one order
+    order = {"warmup": 1, "workers": 2,
+             "trace_w0": {"bwd_end": [0.0, 1.0, 2.0]},
+             "trace_servers": {
+                 "s0": {"1:7": [[0, 1.0], [1, 1.2]],
+                        "1:8": [[0, 1.1], [1, 1.1]],
+                        "1:9": [[0, 1.3], [1, 1.4]],
+                        "0:9": [[0, 0.9], [1, 0.1]]},
+                 "s1": {"1:3": [[1, 1.0], [0, 1.0]],
+                        "1:4": [[1, 1.5], [0, 1.6]]}}}
+    got = traces.discordance(order)
+    t.ok(abs(got - 1 / 6) < 1e-12 and
+         traces.discordance({"warmup": 1}) is None,
+         f"traces.discordance: {got} (want 1/6)")
     # traces.lateness: the same iterations; a server's pulls of
     # iteration i answer the pushes of i - 1
     rec["trace_late"] = {
         "workers": {"w0": [[0, 9.0], [1, 0.001], [2, 0.002], [3, 9.0]],
                     "w1": [[2, 0.004]]},
         "servers": {"s0": [[1, 9.0], [2, 0.010], [3, 0.020], [4, 9.0]]}}
+    rec["trace_ticks"] = {"workers": {"w0": [0.001], "w1": [0.002]},
+                          "servers": {"s0": [0.003]}}
     got = traces.lateness(rec)
     t.ok(got == {"workers": [0.001, 0.002, 0.004],
                  "servers": [0.010, 0.020]} and
          traces.lateness({"warmup": 1}) == {} and
-         traces.late_summary(got["workers"])["max"] == 0.004,
-         f"traces.lateness: {got}")
+         traces.late_summary(got["workers"])["max"] == 0.004 and
+         traces.tick_lateness(rec) == {"workers": [0.001, 0.002],
+                                       "servers": [0.003]},
+         f"traces.lateness: {got}, timer: {traces.tick_lateness(rec)}")
 
     # levels "bytes": VGG-19's fc7 and fc8 alone in the last band;
     # Sockeye's first layers hold half its bytes, so it keeps the

@@ -14,16 +14,21 @@ Per run, means over the timed iterations (times in seconds after worker
               between its first and last complete key with nothing to
               send; finish is when it would have sent everything;
   end         when worker 0 had each server's last pull, against that
-              finish (lag: how far the real link trails the fluid one).
+              finish (lag: how far the real link trails the fluid one);
+  discordant  the share of a server's keys' pairs that two workers
+              pushed in opposite orders (traces.discordance);
 
 and then, for runs that have it, how late each host's sender took its
-hand-overs (median, p90, p99 and max, workers and servers apart): the
-timing noise simulate.py --jitter models.
+hand-overs, and how late its timer woke it (median, p90, p99 and max,
+workers and servers apart): the timing noise simulate.py --jitter
+models.
 
 Rates over a window are not given: a message counts when its last byte
 arrives, so a window's count is off by up to one message per socket.
 """
 import argparse
+import collections
+import itertools
 import json
 import os
 import statistics
@@ -83,6 +88,36 @@ def push_spread(rec):
     return spread_summary(push_spreads(rec))
 
 
+def discordance(rec):
+    """How differently the workers ordered their pushes: per server and
+    timed iteration (as push_spreads has them), the share of its keys'
+    pairs that two workers' pushes reached it in opposite orders, the
+    mean over every pair of workers and then over all; None for a run
+    without --trace.  0 when every worker sends in one order (FIFO
+    does), 0.5 for orders unrelated to each other."""
+    if "trace_servers" not in rec:
+        return None
+    timed = timed_pushes(rec)
+    shares = []
+    for arrivals in rec["trace_servers"].values():
+        orders = collections.defaultdict(lambda: collections.defaultdict(
+            list))                      # iteration -> worker -> (t, key)
+        for key, got in arrivals.items():
+            it = int(key.split(":")[0])
+            if it in timed and len(got) == rec["workers"]:
+                for w, t in got:
+                    orders[it][w].append((t, key))
+        for by_worker in orders.values():
+            ranks = [{k: i for i, (_, k) in enumerate(sorted(pushes))}
+                     for pushes in by_worker.values()]
+            for a, b in itertools.combinations(ranks, 2):
+                pairs = list(itertools.combinations(a, 2))
+                if pairs:
+                    shares.append(sum((a[x] < a[y]) != (b[x] < b[y])
+                                      for x, y in pairs) / len(pairs))
+    return statistics.mean(shares) if shares else None
+
+
 def timed_pushes(rec):
     """The iterations whose pushes push_spreads counts."""
     return range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
@@ -101,6 +136,16 @@ def lateness(rec):
     return {role: [s for host in rec["trace_late"][role].values()
                    for it, s in host if it - shift in timed]
             for role, shift in (("workers", 0), ("servers", 1))}
+
+
+def tick_lateness(rec):
+    """{"workers": [...], "servers": [...]}: how late (s) each host's
+    sender woke, beyond its period, each time its timer woke it with
+    nothing handed over (the whole run); {} for a run without it."""
+    if "trace_ticks" not in rec:
+        return {}
+    return {role: [s for host in by_host.values() for s in host]
+            for role, by_host in rec["trace_ticks"].items()}
 
 
 def late_summary(late):
@@ -170,27 +215,31 @@ def main():
     with open(args.results) as f:
         recs = [r for r in map(json.loads, f) if "trace_servers" in r]
     print("| model | Gbit/s | mode | s/iter | last push | server idle | "
-          "fluid finish | end (lag) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "fluid finish | end (lag) | discordant |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for rec in recs:
         a = analyse(rec)
         print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
               f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
               f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
-              f"{a['end']:.3f} ({a['lag']:+.3f}) |")
-    late = [(rec, lateness(rec)) for rec in recs if "trace_late" in rec]
+              f"{a['end']:.3f} ({a['lag']:+.3f}) | "
+              f"{discordance(rec):.3f} |")
+    late = [r for r in recs if "trace_late" in r]
     if late:
         print("\n| model | Gbit/s | mode | hand-overs late, workers (ms: "
-              "median / p90 / p99 / max) | servers |")
-        print("|---|---|---|---|---|")
-    for rec, by_role in late:
+              "median / p90 / p99 / max) | servers | timer late, workers "
+              "| servers |")
+        print("|---|---|---|---|---|---|---|")
+    for rec in late:
         cells = []
-        for role in ("workers", "servers"):
-            q = late_summary(by_role[role])
-            cells.append("" if q is None else " / ".join(
-                f"{q[k] * 1e3:.1f}" for k in ("median", "p90", "p99", "max")))
-        print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
-              f"{cells[0]} | {cells[1]} |")
+        for by_role in (lateness(rec), tick_lateness(rec)):
+            for role in ("workers", "servers"):
+                q = late_summary(by_role.get(role, []))
+                cells.append("" if q is None else " / ".join(
+                    f"{q[k] * 1e3:.1f}"
+                    for k in ("median", "p90", "p99", "max")))
+        print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | " +
+              " | ".join(cells) + " |")
     return 0
 
 
