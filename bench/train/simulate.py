@@ -607,7 +607,7 @@ def compare(path, iters, warmup, packet, noise):
             own["jitter"] = pooled_lateness(rs)
             point["jitter"] = pooled_lateness(at_point[(model, gbps, st)])
             if own["jitter"] is None:
-                print(f"  skipped: its runs recorded no lateness "
+                print("  skipped: its runs recorded no lateness "
                       "(emulate.py --trace)", file=sys.stderr)
                 continue
         if (model, gbps, st) not in fifo_s:
