@@ -205,21 +205,26 @@ def cal_table(cal):
 def diag_table(runs):
     """Per run: link use in the timed window, stall, CPU, TCP, preemption."""
     out = ["| model | Gbit/s | mode | upload | s/iter | stall s/iter | link "
-           "use workers / servers | push spread s, median / p90 | VM CPU | "
+           "use workers / servers | push spread s, median / p90 | "
+           "discordant | workers' hand-overs late, p90 ms | VM CPU | "
            "TCP retrans | p3 preemptions |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     key = {m: i for i, m in enumerate(jobmod.MODES)}
     for r in sorted(runs, key=lambda r: (ORDER.index(r["model"]), r["gbps"],
                                          int(r["bulk"]), key[r["mode"]])):
         lu = r.get("link_util") or {}
         spread = traces.push_spread(r)
+        late = traces.late_summary(traces.lateness(r).get("workers", []))
         out.append(
             f"| {TITLES[r['model']]} | {r['gbps']:g} | {r['mode']} | "
             f"{int(r['bulk']) or '–'} | {r['iter_s']:.2f} | "
             f"{r.get('stall_s', 0):.2f} | {pct(lu.get('workers'))} / "
             f"{pct(lu.get('servers'))} | "
             f"{fmt(spread and spread['median'])} / "
-            f"{fmt(spread and spread['p90'])} | {pct(r.get('cpu_busy'))} | "
+            f"{fmt(spread and spread['p90'])} | "
+            f"{fmt(traces.discordance(r), '.3f')} | "
+            f"{fmt(late and late['p90'] * 1e3, '.0f')} | "
+            f"{pct(r.get('cpu_busy'))} | "
             f"{(r.get('tcp') or {}).get('TcpRetransSegs', '–')} | "
             f"{(r.get('qdisc') or {}).get('preemptions', '–')} |")
     return "\n".join(out)
@@ -388,7 +393,10 @@ def main():
     parts += ["\n### Per run\n",
               "Push spread: how far apart the workers' pushes of one key "
               "reached its server (runs with --trace); a server sends a key "
-              "back only once the last of them is in.\n",
+              "back only once the last of them is in.  Discordant: the "
+              "share of a server's key pairs two workers pushed in "
+              "opposite orders.  Hand-overs late: how long after a layer's "
+              "backward ended the worker's sender took its push.\n",
               diag_table(runs), "\n" + health(runs)]
     text = "\n".join(parts) + "\n"
     if args.md:
