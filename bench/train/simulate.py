@@ -43,9 +43,10 @@ emulate.py's sender thread runs (at each hand-over, and on its timer,
 each host at its own phase), and --jitter hands each host's messages of
 one instant (a layer's pushes, a key's W pulls) to its sender up to
 JITTER seconds late, in order.  With --compare, "--jitter measured"
-draws each lateness from the hand-overs of the runs being modelled
-(workers' and servers' apart; emulate.py --trace records them).  The workers then decide differently
-what their sockets take first, and a server waits for the last worker's
+draws each batch's lateness, and each wake of the sender's timer, from
+what the runs being modelled recorded (emulate.py --trace; workers' and
+servers' apart).  The workers then decide differently what their
+sockets take first, and a server waits for the last worker's
 copy of a key; records give the push spread of the keys.  Run with
 --compare, it sets the measured iteration times, link use and push
 spread of a results file beside the model's.
@@ -272,9 +273,11 @@ class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
     def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0,
-                 server_policy=None, jitter=0.0, seed=0, sender=False):
+                 server_policy=None, jitter=0.0, seed=0, sender=False,
+                 timer_late=None):
         self.j = j
         self.jitter, self.rnd = jitter, random.Random(seed)
+        self.timer_late = timer_late
         self.batch = (None, 0.0)        # (instant, host), when it is in
         self.handed = {}                # host: when its last batch was in
         self.pushed = collections.defaultdict(list)  # (it, key id): times
@@ -339,14 +342,13 @@ class Cluster:
 
     def _tick(self, host, period):
         """The sender's timer: writes what fits, and comes back, late
-        as measured if the measured lateness has the timer's."""
+        as measured if there is a timer_late."""
         link = self.links[host]
         link.refill()
         if link.sending is None:
             self._pump(host)
-        ticks = self.jitter.get("ticks") if isinstance(self.jitter, dict) \
-            else None
-        late = self.rnd.choice(ticks[ROLES[host[0]]]) if ticks else 0.0
+        late = self.rnd.choice(self.timer_late[ROLES[host[0]]]) \
+            if self.timer_late else 0.0
         self.at(self.now + period + late,
                 lambda: self._tick(host, period))
 
@@ -466,17 +468,18 @@ class Cluster:
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
              commit=COMMIT, upload=0, server_policy=None, jitter=0.0,
-             sender=False, seeds=1, **job_args):
+             sender=False, seeds=1, timer_late=None, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
     @server_policy, if given).  @jitter: seconds (uniform), or
-    {"workers": [...], "servers": [...]}, measured lateness to draw from.
-    With @jitter or @sender, random: the means over @seeds runs (seeds
-    0, 1, ...), and the push spread of all their keys."""
+    {"workers": [...], "servers": [...]}, measured lateness to draw from;
+    @timer_late the same for the sender's timer (with @sender).  With
+    @jitter or @sender, random: the means over @seeds runs (seeds 0, 1,
+    ...), and the push spread of all their keys."""
     plan, policy = MODES[mode]
     j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
     clusters = [Cluster(j, policy, packet, commit, upload, server_policy,
-                        jitter, seed, sender)
+                        jitter, seed, sender, timer_late)
                 for seed in range(seeds if jitter or sender else 1)]
     runs = [c.run(iters, warmup) for c in clusters]
     res = {"iter_s": statistics.mean(r["iter_s"] for r in runs),
@@ -570,33 +573,33 @@ def progress(what):
     print(f"simulating {what}", file=sys.stderr, flush=True)
 
 
-def pooled_lateness(runs):
-    """The hand-overs' lateness of @runs, pooled per role, or None if
-    a role has none (runs without emulate.py --trace); and under
-    "ticks" the sender's timer's, if every role has some."""
-    late = {"workers": [], "servers": []}
-    ticks = {"workers": [], "servers": []}
+def pooled(runs, measure):
+    """@measure (traces.lateness or traces.tick_lateness) of @runs,
+    pooled per role; None unless every role has some (runs without
+    emulate.py --trace have none)."""
+    out = {"workers": [], "servers": []}
     for r in runs:
-        for role, xs in traces.lateness(r).items():
-            late[role] += xs
-        for role, xs in traces.tick_lateness(r).items():
-            ticks[role] += xs
-    if not all(late.values()):
-        return None
-    if all(ticks.values()):
-        late["ticks"] = ticks
-    return late
+        for role, xs in measure(r).items():
+            out[role] += xs
+    return out if all(out.values()) else None
+
+
+def measured_noise(runs, noise):
+    """@noise with jitter "measured" made the lateness of @runs."""
+    return dict(noise, jitter=pooled(runs, traces.lateness),
+                timer_late=pooled(runs, traces.tick_lateness))
 
 
 def compare(path, iters, warmup, packet, noise):
     """The model of every configuration a results file ran, beside it
     (with @noise: jitter, sender and seeds; jitter "measured" takes the
     lateness of the configuration's own runs, and for FIFO, the gap's
-    reference, of all runs at the point)."""
+    reference, of the runs at its point without an upload)."""
     runs = measured(path)
     at_point = collections.defaultdict(list)
-    for (model, gbps, _, _, st, _), rs in runs.items():
-        at_point[(model, gbps, st)] += rs
+    for (model, gbps, _, up, st, notes), rs in runs.items():
+        if not up:
+            at_point[(model, gbps, st, notes)] += rs
     fifo_s = {}                         # the gap's reference, per point
     print_head(HEAD + HEAD_RUNS)
     for (model, gbps, mode, up, st, notes), rs in runs.items():
@@ -604,8 +607,11 @@ def compare(path, iters, warmup, packet, noise):
         prof = models.profile(model)
         own, point = dict(noise), dict(noise)
         if noise["jitter"] == "measured":
-            own["jitter"] = pooled_lateness(rs)
-            point["jitter"] = pooled_lateness(at_point[(model, gbps, st)])
+            own = measured_noise(rs, noise)
+            point = measured_noise(
+                at_point.get((model, gbps, st, notes)) or rs, noise)
+            if point["jitter"] is None:
+                point = own
             if own["jitter"] is None:
                 print("  skipped: its runs recorded no lateness "
                       "(emulate.py --trace)", file=sys.stderr)

@@ -364,12 +364,12 @@ def jitter_checks(t, profiles):
     # recorded; none at all is the exact sender, a constant delay of
     # the hand-overs every host's batches alike
     sender = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1)
-    zero = {"workers": [0.0], "servers": [0.0],
-            "ticks": {"workers": [0.0], "servers": [0.0]}}
+    zero = {"workers": [0.0], "servers": [0.0]}
     none = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
-                             jitter=zero)
+                             jitter=zero, timer_late=zero)
     late = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
-                             jitter=dict(zero, workers=[0.3]))
+                             jitter=dict(zero, workers=[0.3]),
+                             timer_late=zero)
     t.ok(none["iter_s"] == sender["iter_s"] and none["jitter"] == "measured"
          and late["iter_s"] > sender["iter_s"] + 0.2,
          f"simulate --jitter measured: no lateness {none['iter_s']:.4f} s, "

@@ -19,9 +19,9 @@ Per run, means over the timed iterations (times in seconds after worker
               pushed in opposite orders (traces.discordance);
 
 and then, for runs that have it, how late each host's sender took its
-hand-overs, and how late its timer woke it (median, p90, p99 and max,
-workers and servers apart): the timing noise simulate.py --jitter
-models.
+batches of hand-overs, and how late its timer woke it over the whole run
+(median, p90, p99 and max, workers and servers apart): the timing noise
+simulate.py --jitter models.
 
 Rates over a window are not given: a message counts when its last byte
 arrives, so a window's count is off by up to one message per socket.
@@ -125,11 +125,12 @@ def timed_pushes(rec):
 
 def lateness(rec):
     """{"workers": [...], "servers": [...]}: how late (s) each host's
-    sender took each hand-over of the timed iterations (a worker's push
-    of a layer to one server, after that layer's backward was due to end;
-    a server's pull of a key to one worker, after the last push of it
-    arrived); {} for a run without it.  A server's pulls of iteration i
-    answer the pushes of i - 1."""
+    sender took each batch of hand-overs of the iterations push_spreads
+    counts (a worker's pushes of a layer, after that layer's backward
+    was due to end, so its compute thread's oversleeping counts too; a
+    server's pulls of a key, after the last push of it arrived); {} for
+    a run without it.  A server's pulls of iteration i answer the pushes
+    of i - 1."""
     if "trace_late" not in rec:
         return {}
     timed = timed_pushes(rec)
@@ -218,12 +219,12 @@ def main():
           "fluid finish | end (lag) | discordant |")
     print("|---|---|---|---|---|---|---|---|---|")
     for rec in recs:
-        a = analyse(rec)
+        a, d = analyse(rec), discordance(rec)
         print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | "
               f"{a['iter_s']:.3f} | {a['last_push']:.3f} | "
               f"{a['server_idle']:.3f} | {a['fluid_finish']:.3f} | "
               f"{a['end']:.3f} ({a['lag']:+.3f}) | "
-              f"{discordance(rec):.3f} |")
+              f"{'' if d is None else format(d, '.3f')} |")
     late = [r for r in recs if "trace_late" in r]
     if late:
         print("\n| model | Gbit/s | mode | hand-overs late, workers (ms: "
