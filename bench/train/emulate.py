@@ -445,7 +445,7 @@ def sender(chans, q, j, to_server, late=None, ticks=None):
     instant: a layer's pushes, a key's pulls): how long after it was due
     the sender took the first of them off its queue; @ticks how late (s)
     the timer woke it, beyond its period: the timing noise simulate.py
-    --jitter models, which delays a host's batches alike."""
+    --jitter models, which delays a batch's hand-overs alike."""
     zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
     prioritised = j.mode in ("p3user", "p3kernel")
     banded = j.mode == "p3kernel"
