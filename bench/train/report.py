@@ -394,9 +394,10 @@ def main():
               "Push spread: how far apart the workers' pushes of one key "
               "reached its server (runs with --trace); a server sends a key "
               "back only once the last of them is in.  Discordant: the "
-              "share of a server's key pairs two workers pushed in "
-              "opposite orders.  Hand-overs late: how long after a layer's "
-              "backward ended the worker's sender took its push.\n",
+              "share of a server's key pairs that two workers' pushes "
+              "reached it in opposite orders.  Hand-overs late: how long "
+              "after a layer's backward was due to end the worker's sender "
+              "took its pushes.\n",
               diag_table(runs), "\n" + health(runs)]
     text = "\n".join(parts) + "\n"
     if args.md:

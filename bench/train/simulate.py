@@ -608,14 +608,14 @@ def compare(path, iters, warmup, packet, noise):
         own, point = dict(noise), dict(noise)
         if noise["jitter"] == "measured":
             own = measured_noise(rs, noise)
-            point = measured_noise(
-                at_point.get((model, gbps, st, notes)) or rs, noise)
-            if point["jitter"] is None:
-                point = own
             if own["jitter"] is None:
                 print("  skipped: its runs recorded no lateness "
                       "(emulate.py --trace)", file=sys.stderr)
                 continue
+            point = measured_noise(
+                at_point.get((model, gbps, st, notes)) or rs, noise)
+            if point["jitter"] is None:
+                point = own
         if (model, gbps, st) not in fifo_s:
             fifo_s[(model, gbps, st)] = simulate(
                 prof, "fifo", gbps, iters, warmup, packet, **point,

@@ -361,8 +361,8 @@ def jitter_checks(t, profiles):
          f"simulate --jitter 1e-9: {tiny['iter_s']:.6f} s, exact "
          f"{exact['iter_s']:.6f} s")
     # Measured lateness: hand-overs and timer drawn from what a run
-    # recorded; none at all is the exact sender, a constant delay of
-    # the hand-overs every host's batches alike
+    # recorded; none at all is the exact sender, and 0.3 s on every
+    # worker's batch delays each iteration by about as much
     sender = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1)
     zero = {"workers": [0.0], "servers": [0.0]}
     none = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,

@@ -15,8 +15,8 @@ Per run, means over the timed iterations (times in seconds after worker
               send; finish is when it would have sent everything;
   end         when worker 0 had each server's last pull, against that
               finish (lag: how far the real link trails the fluid one);
-  discordant  the share of a server's keys' pairs that two workers
-              pushed in opposite orders (traces.discordance);
+  discordant  the share of a server's key pairs that two workers'
+              pushes reached it in opposite orders (traces.discordance);
 
 and then, for runs that have it, how late each host's sender took its
 batches of hand-overs, and how late its timer woke it over the whole run
@@ -65,23 +65,33 @@ def spread_summary(spreads):
             "p90": statistics.quantiles(spreads, n=10)[-1]}
 
 
+def timed_pushes(rec):
+    """The iterations whose pushes push_spreads counts."""
+    return range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
+
+
+def complete_pushes(rec):
+    """(server, iteration, key, [(worker, time)]) of every key that all
+    workers pushed in the iterations timed_pushes gives; none for a run
+    without --trace."""
+    if "trace_servers" not in rec:
+        return
+    timed = timed_pushes(rec)
+    for server, arrivals in rec["trace_servers"].items():
+        for key, got in arrivals.items():
+            it = int(key.split(":")[0])
+            if it in timed and len(got) == rec["workers"]:
+                yield server, it, key, got
+
+
 def push_spreads(rec):
     """Per key pushed in the timed iterations, how far apart the workers'
     pushes of it reached its server (s); [] for a run without --trace.
     The last backward pass is left out: the run ends once the next
     forward pass has its first layer, with that pass's keys still
     queued."""
-    if "trace_servers" not in rec:
-        return []
-    timed = timed_pushes(rec)
-    out = []
-    for arrivals in rec["trace_servers"].values():
-        for key, got in arrivals.items():
-            if (int(key.split(":")[0]) in timed and
-                    len(got) == rec["workers"]):
-                ts = [t for _, t in got]
-                out.append(max(ts) - min(ts))
-    return out
+    return [max(t for _, t in got) - min(t for _, t in got)
+            for _, _, _, got in complete_pushes(rec)]
 
 
 def push_spread(rec):
@@ -97,30 +107,21 @@ def discordance(rec):
     does), 0.5 for orders unrelated to each other."""
     if "trace_servers" not in rec:
         return None
-    timed = timed_pushes(rec)
+    # (server, iteration) -> worker -> [(time, key)]
+    orders = collections.defaultdict(lambda: collections.defaultdict(list))
+    for server, it, key, got in complete_pushes(rec):
+        for w, t in got:
+            orders[(server, it)][w].append((t, key))
     shares = []
-    for arrivals in rec["trace_servers"].values():
-        orders = collections.defaultdict(lambda: collections.defaultdict(
-            list))                      # iteration -> worker -> (t, key)
-        for key, got in arrivals.items():
-            it = int(key.split(":")[0])
-            if it in timed and len(got) == rec["workers"]:
-                for w, t in got:
-                    orders[it][w].append((t, key))
-        for by_worker in orders.values():
-            ranks = [{k: i for i, (_, k) in enumerate(sorted(pushes))}
-                     for pushes in by_worker.values()]
-            for a, b in itertools.combinations(ranks, 2):
-                pairs = list(itertools.combinations(a, 2))
-                if pairs:
-                    shares.append(sum((a[x] < a[y]) != (b[x] < b[y])
-                                      for x, y in pairs) / len(pairs))
+    for by_worker in orders.values():
+        ranks = [{k: i for i, (_, k) in enumerate(sorted(pushes))}
+                 for pushes in by_worker.values()]
+        for a, b in itertools.combinations(ranks, 2):
+            pairs = list(itertools.combinations(a, 2))
+            if pairs:
+                shares.append(sum((a[x] < a[y]) != (b[x] < b[y])
+                                  for x, y in pairs) / len(pairs))
     return statistics.mean(shares) if shares else None
-
-
-def timed_pushes(rec):
-    """The iterations whose pushes push_spreads counts."""
-    return range(rec["warmup"], len(rec["trace_w0"]["bwd_end"]) - 1)
 
 
 def lateness(rec):
