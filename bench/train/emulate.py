@@ -293,16 +293,16 @@ def tx_bytes(dev="eth0"):
     return 0
 
 
-def sample_tx(ctl, period=0.25, trace=None, late=None, ticks=None):
+def sample_tx(ctl, period=0.25, trace=None, late=None):
     """Samples this host's sent bytes until the controller asks for them,
-    then reports them with @trace, @late and @ticks, if any."""
+    then reports them with @trace and @late, if any."""
     samples = []
     while True:
         samples.append((time.monotonic(), tx_bytes()))
         r, _, _ = select.select([ctl.r], [], [], period)
         if r:
             ctl.wait("report")
-            ctl.send(samples=samples, trace=trace, late=late, ticks=ticks)
+            ctl.send(samples=samples, trace=trace, late=late)
             return
 
 
@@ -433,61 +433,50 @@ def fatal(ctl, what):
 
 # --------------------------------------------------------------- sending
 
-def sender(chans, q, j, to_server, late=None, ticks=None):
-    """The host's one sender thread, as in P3 (libp3 handles are not
-    thread-safe either).  q holds (peer, keys, iteration, due), due the
-    moment the hand-over was due; each send goes into libp3's per-band
-    heap of that peer's channel, ordered by (iteration, prio, arrival),
-    and is written at once if its socket has room.  The rest is written
-    as the sockets drain: the thread wakes for every new send, and while
-    data is queued every j.sender_period().  @late, if given, gets
-    (iteration, seconds) for every batch of hand-overs (those due at one
-    instant: a layer's pushes, a key's pulls): how long after it was due
-    the sender took the first of them off its queue; @ticks how late (s)
-    the timer woke it, beyond its period: the timing noise simulate.py
-    --jitter models, which delays a batch's hand-overs alike."""
-    zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
-    prioritised = j.mode in ("p3user", "p3kernel")
-    banded = j.mode == "p3kernel"
-    pump = j.sender_period(NOTSENT_LOWAT)
-    busy = False
-    recorded = set()                    # the dues of batches in @late
-    while True:
-        asleep = time.monotonic()
-        try:
-            batch = [q.get(timeout=pump if busy else None)]
-        except queue.Empty:
-            batch = []
-            if ticks is not None:
-                ticks.append(round(time.monotonic() - asleep - pump, 6))
-        while True:
-            try:
-                batch.append(q.get_nowait())
-            except queue.Empty:
-                break
-        took = time.monotonic()
-        for peer, keys, it, due in batch:
-            # a batch's items may come off the queue in two goes, and
-            # writing one costs ~0.5 ms a message: time each batch once,
-            # as it was first taken
-            if late is not None and due not in recorded:
-                recorded.add(due)
-                late.append((it, round(took - due, 6)))
-            ch = chans[peer]
+class HandOver:
+    """A host's hand-overs to libp3: a batch is a layer's pushes (worker)
+    or a key's pulls (server).  Each send goes into libp3's per-band heap
+    of that peer's channel, ordered by (iteration, prio, arrival), and is
+    written at once if its socket has room; the channel's progress thread
+    (libp3's engine, the Python binding's default) writes the rest the
+    moment the socket can take it.  @late, if a list, gets (iteration,
+    seconds) per batch: how long after it was due its first send began,
+    the timing noise simulate.py --jitter models."""
+
+    def __init__(self, chans, j, to_server, late=None):
+        self.chans = chans
+        self.to_server = to_server
+        self.late = late
+        self.prioritised = j.mode in ("p3user", "p3kernel")
+        self.banded = j.mode == "p3kernel"
+        self.zero = memoryview(bytearray(max(k.nbytes for k in j.keys)))
+
+    def __call__(self, batch, it, due):
+        """@batch: (peer, keys) pairs due at @due, of iteration @it."""
+        if self.late is not None:
+            self.late.append((it, round(time.monotonic() - due, 6)))
+        for peer, keys in batch:
+            ch = self.chans[peer]
             for k in keys:
-                if to_server:
-                    ch.send(k.id, zero[:k.nbytes], k.level if banded else 0,
-                            iteration=it, prio=k.prio if prioritised else 0)
+                level = k.level if self.banded else 0
+                prio = k.prio if self.prioritised else 0
+                if self.to_server:
+                    ch.send(k.id, self.zero[:k.nbytes], level, iteration=it,
+                            prio=prio)
                 else:
-                    ch.send(k.layer, zero[:k.nbytes],
-                            k.level if banded else 0, iteration=it,
-                            offset=k.shard_off,
-                            prio=k.prio if prioritised else 0)
-        busy = False
-        for ch in chans.values():
-            if ch.queued:
-                ch.poll(0)
-                busy = busy or ch.queued > 0
+                    ch.send(k.layer, self.zero[:k.nbytes], level,
+                            iteration=it, offset=k.shard_off, prio=prio)
+
+
+def sender(q, hand_over):
+    """The host's sender thread: hands over each batch (pairs of peer and
+    keys, iteration, due) as it comes off @q, and sleeps until the next.
+    It keeps libp3's calls, each a release and a retake of Python's lock
+    (and under TCG ~1 ms), off the thread that times the compute: there
+    they delayed the backward pass of ResNet-50 at 4 Gbit/s by 6-10%
+    (docs/benchmarks.md, "The emulator's sender without its timer")."""
+    while True:
+        hand_over(*q.get())
 
 
 def connect_peers(j, ips, port, chan_id, out):
@@ -526,11 +515,11 @@ def server_main(ctl, j, sid, cfg):
     W = j.workers
     count = {k.id: 0 for k in mine}
     lock = threading.Lock()
-    txq = queue.Queue()
     last = cfg["iters"]
     # --trace: when each worker's push of a key arrived, by "iteration:key"
     pushed = collections.defaultdict(list) if cfg["trace"] else None
-    late, ticks = ([], []) if cfg["trace"] else (None, None)
+    late = [] if cfg["trace"] else None
+    txq = queue.Queue()
 
     def receive(w, ch):
         bufs = {k.id: bytearray(k.nbytes) for k in mine}
@@ -550,17 +539,16 @@ def server_main(ctl, j, sid, cfg):
                         count[c.tensor] = 0
                 if full:
                     keys = [byid[c.tensor]]
-                    for w2 in range(W):
-                        txq.put((w2, keys, c.iteration + 1, now))
+                    txq.put(([(w2, keys) for w2 in range(W)],
+                             c.iteration + 1, now))
 
     wrap = fatal(ctl, f"server {sid}")
-    threading.Thread(target=wrap,
-                     args=(sender, pull, txq, j, False, late, ticks),
-                     daemon=True).start()
+    threading.Thread(target=wrap, daemon=True,
+                     args=(sender, txq, HandOver(pull, j, False, late))).start()
     for w in range(W):
         threading.Thread(target=wrap, args=(receive, w, push[w]),
                          daemon=True).start()
-    sample_tx(ctl, trace=pushed, late=late, ticks=ticks)
+    sample_tx(ctl, trace=pushed, late=late)
     while True:
         time.sleep(3600)
 
@@ -605,7 +593,7 @@ def worker_main(ctl, j, wid, cfg):
     # "iteration:layer:server"
     pulled = {} if cfg["trace"] else None
     bwd_end = []
-    late, ticks = ([], []) if cfg["trace"] else (None, None)
+    late = [] if cfg["trace"] else None
     txq = queue.Queue()
 
     def receive(s, ch):
@@ -629,9 +617,8 @@ def worker_main(ctl, j, wid, cfg):
                         cond.notify_all()
 
     wrap = fatal(ctl, f"worker {wid}")
-    threading.Thread(target=wrap,
-                     args=(sender, push, txq, j, True, late, ticks),
-                     daemon=True).start()
+    threading.Thread(target=wrap, daemon=True,
+                     args=(sender, txq, HandOver(push, j, True, late))).start()
     for s in range(S):
         threading.Thread(target=wrap, args=(receive, s, pull[s]),
                          daemon=True).start()
@@ -662,16 +649,15 @@ def worker_main(ctl, j, wid, cfg):
         for la in reversed(range(L)):
             t += j.bwd[la]
             sleep_until(t)
-            for s in range(S):
-                if push_keys[la][s]:
-                    txq.put((s, push_keys[la][s], it, t))
+            txq.put(([(s, push_keys[la][s]) for s in range(S)
+                      if push_keys[la][s]], it, t))
         stalls.append(stall)
         bwd_end.append(t)
     trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None
     if trace is not None and pulled is not None:
         trace["pulled"] = pulled
     ctl.send(result={"starts": starts, "stalls": stalls, "sent": sent,
-                     "trace": trace, "late": late, "ticks": ticks})
+                     "trace": trace, "late": late})
     while True:
         time.sleep(3600)
 
@@ -907,9 +893,6 @@ def run_one(cluster, j, iters, warmup, bulk, port, progress=None,
         rec["trace_late"] = {
             "workers": {n: r["result"]["late"] for n, r in res.items()},
             "servers": {n: r["late"] for n, r in srv.items()}}
-        rec["trace_ticks"] = {
-            "workers": {n: r["result"]["ticks"] for n, r in res.items()},
-            "servers": {n: r["ticks"] for n, r in srv.items()}}
     return rec
 
 
@@ -1001,8 +984,7 @@ def main():
                     "(default 0: a rank per layer)")
     ap.add_argument("--lowat", type=int, default=NOTSENT_LOWAT,
                     help="TCP_NOTSENT_LOWAT of every socket, bytes (default "
-                    "%(default)s); the sender pumps twice per lowat at the "
-                    "link rate")
+                    "%(default)s)")
     ap.add_argument("--quickack", action="store_true",
                     help="no delayed ACKs (route quickack 1)")
     ap.add_argument("--sysctl", action="append", default=[],
@@ -1013,8 +995,7 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="record when every push and pull of every key "
                     "arrived (servers, and worker 0's pulls), and how late "
-                    "every host's sender took each hand-over and woke on "
-                    "its timer")
+                    "every host's sender handed each batch over")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",

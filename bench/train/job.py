@@ -50,9 +50,6 @@ FRAME_HDR = 40                      # libp3's per-frame header
 # TCP_NOTSENT_LOWAT of every socket (libp3's default is 16 KB): what a
 # flow has written beyond the reach of user space
 NOTSENT_LOWAT = 4096
-# emulate.py's sender thread, while data is queued, wakes at least this
-# often to write the sockets as they drain (see sender_period)
-SENDER_MAX_S = 0.02
 # TCP payload per byte the shaper counts: 1448-byte segments (timestamps
 # on) in 1514-byte frames; qdisc_pkt_len() counts the Ethernet header.
 GOODPUT = 1448.0 / 1514.0
@@ -208,7 +205,7 @@ class Job:
         layers backward produces right beside them (VGG-19: fc7 and fc8 in
         band 3, fc6 with the conv layers in band 0, where the planner puts
         conv5_4 to fc8 in band 3), so that the qdisc, and not the moment
-        each worker's sender ran, decides which of them goes first.  An
+        each worker handed them over, decides which of them goes first.  An
         experiment: measured, it was no faster than the planner's levels
         at VGG-19 and 3.5-3.9% slower at ResNet-50 (docs/benchmarks.md,
         "Why one socket per peer loses")."""
@@ -320,12 +317,6 @@ class Job:
         return {"iter_s": max(a, b), "compute_s": compute, "link_s": link,
                 "first_layer_sync_s": d0, "bound": "compute" if a >= b
                 else "network"}
-
-    def sender_period(self, lowat=NOTSENT_LOWAT):
-        """How long emulate.py's sender thread sleeps while data is
-        queued: twice per @lowat at the link rate, so that no socket runs
-        dry, but at most SENDER_MAX_S."""
-        return min(SENDER_MAX_S, lowat / 2 / self.rate)
 
     def samples_per_s(self, iter_s):
         """Real-equivalent throughput of the whole job."""

@@ -38,14 +38,11 @@ Nothing here costs time but the links and the compute, so a schedule's
 figure is what it reaches once the emulator's own CPU, TCP's congestion
 control and its ACKs are taken away.  Two options put back what of that
 CPU the schedules turned out to be sensitive to (docs/benchmarks.md, "Why
-one socket per peer loses"): --sender writes a socket only when
-emulate.py's sender thread runs (at each hand-over, and on its timer,
-each host at its own phase), and --jitter hands each host's messages of
-one instant (a layer's pushes, a key's W pulls) to its sender up to
-JITTER seconds late, in order.  With --compare, "--jitter measured"
-draws each batch's lateness, and each wake of the sender's timer, from
-what the runs being modelled recorded (emulate.py --trace; workers' and
-servers' apart).  The workers then decide differently what their
+one socket per peer loses"): --jitter hands each host's messages of one
+instant (a layer's pushes, a key's W pulls) to libp3 up to JITTER seconds
+late, in order.  With --compare, "--jitter measured" draws each batch's
+lateness from what the runs being modelled recorded (emulate.py --trace;
+workers' and servers' apart).  The workers then decide differently what their
 sockets take first, and a server waits for the last worker's
 copy of a key; records give the push spread of the keys.  Run with
 --compare, it sets the measured iteration times, link use and push
@@ -79,11 +76,6 @@ def commit_of(lowat):
     leaves unsent, as tcp_sendmsg takes data while fewer than lowat bytes
     wait and then fills the packet it started."""
     return PACKET + lowat - 1 + PACKET
-
-
-def lowat_of(commit):
-    """The TCP_NOTSENT_LOWAT that commit_of() turns into @commit."""
-    return commit - 2 * PACKET + 1
 
 
 COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
@@ -176,16 +168,13 @@ class Link:
     rotation within a band does and as a FIFO does when each flow keeps
     one packet in it."""
 
-    def __init__(self, policy, rate, packet, commit=None, refill=True):
+    def __init__(self, policy, rate, packet, commit=None):
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy}")
         self.policy, self.rate, self.packet = policy, rate, packet
         # what a socket holds written ahead of the link: at least the
         # packet the qdisc holds
         self.commit = max(packet, commit or 0)
-        # whether a socket is written again as soon as it drains, or
-        # only when the sender calls refill()
-        self.refill_at_once = refill
         self.sockets = {}               # (level, peer) -> Socket, Upload
         self.turns = collections.defaultdict(collections.deque)  # by level
         self.strict = []                # policy global: one heap of all
@@ -219,12 +208,6 @@ class Link:
             sock.in_turns = True
             self.turns[level].append(sock)
 
-    def refill(self):
-        """The sender writes every socket that has room (libp3's poll)."""
-        for (level, _), sock in self.sockets.items():
-            sock.fill(self.commit)
-            self._join(level, sock)
-
     def add_upload(self, peer, level):
         """A bulk stream to @peer; sch_p3 puts it in band @level, every
         other policy beside the job's flows."""
@@ -246,8 +229,7 @@ class Link:
         turns = self.turns[min(levels)]
         sock = turns.popleft()
         pkt = sock.take(self.packet)
-        if self.refill_at_once:
-            sock.fill(self.commit)      # and again as the socket drains
+        sock.fill(self.commit)          # libp3's engine, as it drains
         if sock.unsent:
             turns.append(sock)
         else:
@@ -273,11 +255,9 @@ class Cluster:
     """W workers and S servers of job @j, each host with a Link."""
 
     def __init__(self, j, policy, packet=PACKET, commit=COMMIT, upload=0,
-                 server_policy=None, jitter=0.0, seed=0, sender=False,
-                 timer_late=None):
+                 server_policy=None, jitter=0.0, seed=0):
         self.j = j
         self.jitter, self.rnd = jitter, random.Random(seed)
-        self.timer_late = timer_late
         self.batch = (None, 0.0)        # (instant, host), when it is in
         self.handed = {}                # host: when its last batch was in
         self.pushed = collections.defaultdict(list)  # (it, key id): times
@@ -288,20 +268,11 @@ class Cluster:
         # one counter for the events' tie-break and the messages' arrival
         # order: both only need to grow
         self.seq = itertools.count()
-        self.links = {("w", i): Link(policy, self.rate, packet, commit,
-                                     not sender)
+        self.links = {("w", i): Link(policy, self.rate, packet, commit)
                       for i in range(j.workers)}
         self.links.update({("s", i): Link(server_policy or policy, self.rate,
-                                          packet, commit, not sender)
+                                          packet, commit)
                            for i in range(j.servers)})
-        if sender:
-            # emulate.py's sender thread writes the sockets when it hands
-            # a batch over and then every `period` while data is queued;
-            # each host's timer runs at its own phase
-            period = j.sender_period(lowat_of(commit))
-            for host in self.links:
-                self.at(self.rnd.uniform(0, period),
-                        lambda host=host: self._tick(host, period))
         self.by_layer = j.keys_of_layer()
         self.parts = collections.Counter()      # (worker, iteration, layer)
         self.nparts = [len(self.by_layer[la]) for la in range(len(j.fwd))]
@@ -321,8 +292,8 @@ class Cluster:
     def send(self, host, peer, key, iteration):
         """Hands a message to @host's link, or with jitter its batch (the
         messages of this instant) late, never before the batch handed
-        over before it: one sender thread per host takes them in
-        order."""
+        over before it: a worker's thread of backward hands them over
+        in order, and so, nearly, do a server's receive threads."""
         if not self.jitter:
             self._queue(host, peer, key, iteration)
             return
@@ -340,25 +311,11 @@ class Cluster:
             return self.rnd.choice(self.jitter[ROLES[host[0]]])
         return self.rnd.uniform(0, self.jitter)
 
-    def _tick(self, host, period):
-        """The sender's timer: writes what fits, and comes back, late
-        as measured if there is a timer_late."""
-        link = self.links[host]
-        link.refill()
-        if link.sending is None:
-            self._pump(host)
-        late = self.rnd.choice(self.timer_late[ROLES[host[0]]]) \
-            if self.timer_late else 0.0
-        self.at(self.now + period + late,
-                lambda: self._tick(host, period))
-
     def _queue(self, host, peer, key, iteration):
         link = self.links[host]
         msg = Message((iteration, key.prio, next(self.seq)), peer, key,
                       iteration)
         link.add(msg, key.nbytes + jobmod.FRAME_HDR)
-        if not link.refill_at_once:
-            link.refill()               # libp3's poll after a hand-over
         if link.sending is None:
             self._pump(host)
 
@@ -468,19 +425,18 @@ class Cluster:
 
 def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
              commit=COMMIT, upload=0, server_policy=None, jitter=0.0,
-             sender=False, seeds=1, timer_late=None, **job_args):
+             seeds=1, **job_args):
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
     @server_policy, if given).  @jitter: seconds (uniform), or
-    {"workers": [...], "servers": [...]}, measured lateness to draw from;
-    @timer_late the same for the sender's timer (with @sender).  With
-    @jitter or @sender, random: the means over @seeds runs (seeds 0, 1,
-    ...), and the push spread of all their keys."""
+    {"workers": [...], "servers": [...]}, measured lateness to draw from.
+    With @jitter, random: the means over @seeds runs (seeds 0, 1, ...),
+    and the push spread of all their keys."""
     plan, policy = MODES[mode]
     j = jobmod.Job(profile, plan, gbps=gbps, **job_args)
     clusters = [Cluster(j, policy, packet, commit, upload, server_policy,
-                        jitter, seed, sender, timer_late)
-                for seed in range(seeds if jitter or sender else 1)]
+                        jitter, seed)
+                for seed in range(seeds if jitter else 1)]
     runs = [c.run(iters, warmup) for c in clusters]
     res = {"iter_s": statistics.mean(r["iter_s"] for r in runs),
            "ideal_iter_s": runs[0]["ideal_iter_s"],
@@ -490,7 +446,7 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
            "push_spread_s": traces.spread_summary(
                [x for c in clusters for x in c.spreads])}
     res.update({"model": profile["model"], "gbps": gbps, "mode": mode,
-                "upload": upload, "sender": sender,
+                "upload": upload,
                 "jitter": "measured" if isinstance(jitter, dict) else jitter})
     return res
 
@@ -573,26 +529,24 @@ def progress(what):
     print(f"simulating {what}", file=sys.stderr, flush=True)
 
 
-def pooled(runs, measure):
-    """@measure (traces.lateness or traces.tick_lateness) of @runs,
-    pooled per role; None unless every role has some (runs without
-    emulate.py --trace have none)."""
+def pooled_lateness(runs):
+    """traces.lateness of @runs, pooled per role; None unless every
+    role has some (runs without emulate.py --trace have none)."""
     out = {"workers": [], "servers": []}
     for r in runs:
-        for role, xs in measure(r).items():
+        for role, xs in traces.lateness(r).items():
             out[role] += xs
     return out if all(out.values()) else None
 
 
 def measured_noise(runs, noise):
     """@noise with jitter "measured" made the lateness of @runs."""
-    return dict(noise, jitter=pooled(runs, traces.lateness),
-                timer_late=pooled(runs, traces.tick_lateness))
+    return dict(noise, jitter=pooled_lateness(runs))
 
 
 def compare(path, iters, warmup, packet, noise):
     """The model of every configuration a results file ran, beside it
-    (with @noise: jitter, sender and seeds; jitter "measured" takes the
+    (with @noise: jitter and seeds; jitter "measured" takes the
     lateness of the configuration's own runs, and for FIFO, the gap's
     reference, of the runs at its point without an upload)."""
     runs = measured(path)
@@ -669,24 +623,19 @@ def main():
                     "on every worker")
     ap.add_argument("--jitter", type=jitter_arg, default=0.0,
                     metavar="SECONDS|measured",
-                    help="hand a host's messages of one instant to its "
-                    "sender up to SECONDS late (uniform, in order), as the "
+                    help="hand a host's messages of one instant to libp3 "
+                    "up to SECONDS late (uniform, in order), as the "
                     "emulator's CPU does; with --compare, 'measured' draws "
                     "from the lateness its runs recorded; the means of "
                     "--seeds runs")
     ap.add_argument("--seeds", type=int, default=5,
-                    help="runs per point with --jitter or --sender "
+                    help="runs per point with --jitter "
                     "(default %(default)s)")
-    ap.add_argument("--sender", action="store_true",
-                    help="write the sockets only when emulate.py's sender "
-                    "thread runs: at each hand-over and every "
-                    "min(20 ms, TCP_NOTSENT_LOWAT / 2 / rate), each host "
-                    "at a random phase")
     ap.add_argument("--compare", metavar="RESULTS.jsonl",
                     help="model what emulate.py's results file ran, with "
                     "each run's settings (its TCP_NOTSENT_LOWAT sets "
                     "--commit; of the options above only --iters, "
-                    "--warmup, --packet, --jitter, --sender and --seeds "
+                    "--warmup, --packet, --jitter and --seeds "
                     "apply)")
     args = ap.parse_args()
     if args.seeds < 1:
@@ -694,8 +643,7 @@ def main():
     if args.jitter == "measured" and not args.compare:
         ap.error("--jitter measured needs --compare: the lateness comes "
                  "from its runs")
-    noise = {"jitter": args.jitter, "sender": args.sender,
-             "seeds": args.seeds}
+    noise = {"jitter": args.jitter, "seeds": args.seeds}
     if args.compare:
         compare(args.compare, args.iters, args.warmup, args.packet, noise)
         return 0

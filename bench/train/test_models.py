@@ -196,7 +196,54 @@ def main():
          and rows["thread: system call"]["s-sender: sys_poll"] == 2.0,
          f"events.flatten: {rows}")
     simulate_checks(t, profiles)
+    hand_over_checks(t, profiles)
     return t.done()
+
+
+def hand_over_checks(t, profiles):
+    """emulate.HandOver through real libp3 channels on the loopback: each
+    key reaches its peer whole, once, in its iteration, and the batch's
+    lateness is recorded once, from when it was due."""
+    import p3                   # job put userlib/python on the path
+    import threading
+    import time
+    import emulate
+    j = job.Job(profiles["resnet50"], "p3kernel", gbps=2)
+    lst = p3.Listener(host="127.0.0.1", timeout=10)
+    rx, txs = {}, {}
+    keys = {0: j.keys[:3], 1: j.keys[3:4]}
+    want = {peer: sorted((k.id, 5, k.nbytes) for k in ks)
+            for peer, ks in keys.items()}
+    got, late = None, []
+    try:
+        for peer in keys:
+            acc = threading.Thread(
+                target=lambda p=peer: rx.__setitem__(p, lst.accept(timeout=10)))
+            acc.start()
+            txs[peer] = p3.Channel.connect("127.0.0.1", lst.port,
+                                           bands=j.bands, timeout=10)
+            acc.join()
+        bufs = {peer: {k.id: bytearray(k.nbytes) for k in ks}
+                for peer, ks in keys.items()}
+        for peer, ks in keys.items():
+            for k in ks:
+                rx[peer].expect(k.id, bufs[peer][k.id], 5)
+        hand_over = emulate.HandOver(txs, j, True, late)
+        hand_over(list(keys.items()), 5, time.monotonic() - 0.25)
+        got = {peer: sorted((c.tensor, c.iteration, c.bytes)
+                            for c in rx[peer].wait(timeout=10))
+               for peer in keys}
+    except p3.Error as e:
+        got = repr(e)
+    finally:
+        for ch in list(rx.values()) + list(txs.values()):
+            ch.close()
+        lst.close()
+    t.ok(got == want and len(late) == 1 and late[0][0] == 5 and
+         0.25 <= late[0][1] < 5,
+         "emulate.HandOver: each key once, whole, to its peer, and the "
+         "batch's lateness once",
+         f"got {got}\nwant {want}\nlate {late}")
 
 
 def one_layer(workers, servers):
@@ -360,20 +407,17 @@ def jitter_checks(t, profiles):
     t.ok(abs(tiny["iter_s"] - exact["iter_s"]) < 1e-6 * exact["iter_s"],
          f"simulate --jitter 1e-9: {tiny['iter_s']:.6f} s, exact "
          f"{exact['iter_s']:.6f} s")
-    # Measured lateness: hand-overs and timer drawn from what a run
-    # recorded; none at all is the exact sender, and 0.3 s on every
-    # worker's batch delays each iteration by about as much
-    sender = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1)
+    # Measured lateness: hand-overs drawn from what a run recorded; none
+    # at all is the exact model, and 0.3 s on every worker's batch
+    # delays each iteration by about as much
     zero = {"workers": [0.0], "servers": [0.0]}
-    none = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
-                             jitter=zero, timer_late=zero)
-    late = simulate.simulate(vgg, "p3user", 1, sender=True, seeds=1,
-                             jitter=dict(zero, workers=[0.3]),
-                             timer_late=zero)
-    t.ok(none["iter_s"] == sender["iter_s"] and none["jitter"] == "measured"
-         and late["iter_s"] > sender["iter_s"] + 0.2,
+    none = simulate.simulate(vgg, "p3user", 1, seeds=1, jitter=zero)
+    late = simulate.simulate(vgg, "p3user", 1, seeds=1,
+                             jitter=dict(zero, workers=[0.3]))
+    t.ok(none["iter_s"] == exact["iter_s"] and none["jitter"] == "measured"
+         and late["iter_s"] > exact["iter_s"] + 0.2,
          f"simulate --jitter measured: no lateness {none['iter_s']:.4f} s, "
-         f"the sender alone {sender['iter_s']:.4f} s; every push 0.3 s "
+         f"exact {exact['iter_s']:.4f} s; every push 0.3 s "
          f"late: {late['iter_s']:.4f} s")
     incep = profiles["inception3"]
     runs = [simulate.Cluster(job.Job(incep, "p3user", gbps=1), "p3user",
@@ -397,35 +441,18 @@ def jitter_checks(t, profiles):
          len(by_host) == 8,
          f"simulate --jitter: every host's hand-overs stay in order "
          f"({len(handed)} of them)")
-    # With the sender's timer, a socket gets only what was written when
-    # the sender last ran
-    link = simulate.Link("p3user", 1.0, 10, 25, refill=False)
-    link.add(simulate.Message((0, 1, 0), 0, job.Key(0, 0, 0, 0, 0, 0, 0, 1),
-                              0), 60)
-    sent = 0
-    while (p := link.next_packet()) is not None:
-        sent += p[1]
-    link.refill()
-    more = 0
-    while (p := link.next_packet()) is not None:
-        more += p[1]
-    t.ok((sent, more) == (25, 25),
-         f"simulate --sender: 25 bytes written, 25 sent, then 25 more after "
-         f"the sender ran: {sent}, {more}")
-    # What docs/benchmarks.md reports: with the sender's timer and 50 ms
-    # of jitter, the workers' pushes of a key drift apart with one socket
-    # per peer, and user space loses far more than the kernel mode's
-    # four bands
+    # What docs/benchmarks.md reports: with 50 ms of jitter, the
+    # workers' pushes of a key drift apart with one socket per peer, and
+    # user space loses far more than the kernel mode's four bands
     got = {}
     for mode in ("p3user", "p3kernel"):
         ex = simulate.simulate(incep, mode, 1)
-        noisy = simulate.simulate(incep, mode, 1, jitter=0.05, sender=True,
-                                  seeds=3)
+        noisy = simulate.simulate(incep, mode, 1, jitter=0.05, seeds=3)
         got[mode] = (noisy["iter_s"] / ex["iter_s"],
                      noisy["push_spread_s"]["p90"])
     t.ok(got["p3user"][0] > 1.1 and got["p3user"][1] > 1.5 and
          got["p3kernel"][0] < 1.05 and got["p3kernel"][1] < 0.8,
-         "simulate --sender --jitter 0.05, InceptionV3 at 1 Gbit/s: "
+         "simulate --jitter 0.05, InceptionV3 at 1 Gbit/s: "
          "(slowdown, push spread p90 s) " +
          ", ".join(f"{m} ({a:.3f}, {b:.2f})" for m, (a, b) in got.items()))
 
@@ -463,16 +490,12 @@ def jitter_checks(t, profiles):
         "workers": {"w0": [[0, 9.0], [1, 0.001], [2, 0.002], [3, 9.0]],
                     "w1": [[2, 0.004]]},
         "servers": {"s0": [[1, 9.0], [2, 0.010], [3, 0.020], [4, 9.0]]}}
-    rec["trace_ticks"] = {"workers": {"w0": [0.001], "w1": [0.002]},
-                          "servers": {"s0": [0.003]}}
     got = traces.lateness(rec)
     t.ok(got == {"workers": [0.001, 0.002, 0.004],
                  "servers": [0.010, 0.020]} and
          traces.lateness({"warmup": 1}) == {} and
-         traces.late_summary(got["workers"])["max"] == 0.004 and
-         traces.tick_lateness(rec) == {"workers": [0.001, 0.002],
-                                       "servers": [0.003]},
-         f"traces.lateness: {got}, timer: {traces.tick_lateness(rec)}")
+         traces.late_summary(got["workers"])["max"] == 0.004,
+         f"traces.lateness: {got}")
 
     # levels "bytes": VGG-19's fc7 and fc8 alone in the last band;
     # Sockeye's first layers hold half its bytes, so it keeps the

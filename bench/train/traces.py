@@ -18,10 +18,9 @@ Per run, means over the timed iterations (times in seconds after worker
   discordant  the share of a server's key pairs that two workers'
               pushes reached it in opposite orders (traces.discordance);
 
-and then, for runs that have it, how late each host's sender took its
-batches of hand-overs, and how late its timer woke it over the whole run
-(median, p90, p99 and max, workers and servers apart): the timing noise
-simulate.py --jitter models.
+and then, for runs that have it, how late each host handed its batches
+over to libp3 (median, p90, p99 and max, workers and servers apart): the
+timing noise simulate.py --jitter models.
 
 Rates over a window are not given: a message counts when its last byte
 arrives, so a window's count is off by up to one message per socket.
@@ -125,29 +124,20 @@ def discordance(rec):
 
 
 def lateness(rec):
-    """{"workers": [...], "servers": [...]}: how late (s) each host's
-    sender took each batch of hand-overs of the iterations push_spreads
+    """{"workers": [...], "servers": [...]}: how late (s) each host
+    handed each batch over to libp3, in the iterations push_spreads
     counts (a worker's pushes of a layer, after that layer's backward
     was due to end, so its compute thread's oversleeping counts too; a
     server's pulls of a key, after the last push of it arrived); {} for
     a run without it.  A server's pulls of iteration i answer the pushes
-    of i - 1."""
+    of i - 1.  Runs before session 40 timed when a sender thread took
+    the batch off its queue."""
     if "trace_late" not in rec:
         return {}
     timed = timed_pushes(rec)
     return {role: [s for host in rec["trace_late"][role].values()
                    for it, s in host if it - shift in timed]
             for role, shift in (("workers", 0), ("servers", 1))}
-
-
-def tick_lateness(rec):
-    """{"workers": [...], "servers": [...]}: how late (s) each host's
-    sender woke, beyond its period, each time its timer woke it with
-    nothing handed over (the whole run); {} for a run without it."""
-    if "trace_ticks" not in rec:
-        return {}
-    return {role: [s for host in by_host.values() for s in host]
-            for role, by_host in rec["trace_ticks"].items()}
 
 
 def late_summary(late):
@@ -229,17 +219,15 @@ def main():
     late = [r for r in recs if "trace_late" in r]
     if late:
         print("\n| model | Gbit/s | mode | hand-overs late, workers (ms: "
-              "median / p90 / p99 / max) | servers | timer late, workers "
-              "| servers |")
-        print("|---|---|---|---|---|---|---|")
+              "median / p90 / p99 / max) | servers |")
+        print("|---|---|---|---|---|")
     for rec in late:
         cells = []
-        for by_role in (lateness(rec), tick_lateness(rec)):
-            for role in ("workers", "servers"):
-                q = late_summary(by_role.get(role, []))
-                cells.append("" if q is None else " / ".join(
-                    f"{q[k] * 1e3:.1f}"
-                    for k in ("median", "p90", "p99", "max")))
+        by_role = lateness(rec)
+        for role in ("workers", "servers"):
+            q = late_summary(by_role.get(role, []))
+            cells.append("" if q is None else " / ".join(
+                f"{q[k] * 1e3:.1f}" for k in ("median", "p90", "p99", "max")))
         print(f"| {rec['model']} | {rec['gbps']:g} | {rec['mode']} | " +
               " | ".join(cells) + " |")
     return 0
