@@ -472,9 +472,9 @@ def sender(q, hand_over):
     """The host's sender thread: hands over each batch (pairs of peer and
     keys, iteration, due) as it comes off @q, and sleeps until the next.
     It keeps libp3's calls, each a release and a retake of Python's lock
-    (and under TCG ~1 ms), off the thread that times the compute: there
-    they delayed the backward pass of ResNet-50 at 4 Gbit/s by 6-10%
-    (docs/benchmarks.md, "The emulator's sender without its timer")."""
+    (under TCG about a millisecond), off the thread that times the
+    compute, whose time they would take (docs/benchmarks.md, "The
+    emulator's sender without its timer")."""
     while True:
         hand_over(*q.get())
 
