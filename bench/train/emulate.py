@@ -471,10 +471,11 @@ class HandOver:
 def sender(q, hand_over):
     """The host's sender thread: hands over each batch (pairs of peer and
     keys, iteration, due) as it comes off @q, and sleeps until the next.
-    It keeps libp3's calls, each a release and a retake of Python's lock
-    (under TCG about a millisecond), off the thread that times the
-    compute, whose time they would take (docs/benchmarks.md, "The
-    emulator's sender without its timer")."""
+    A batch's lateness so includes its wait behind the batches before it.
+    Sending from the thread that times the compute, as p3.torch's hooks
+    do, was tried and not shown to matter either way (docs/benchmarks.md,
+    "The emulator's sender without its timer"); here libp3's calls stay
+    off that thread."""
     while True:
         hand_over(*q.get())
 
@@ -995,7 +996,8 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="record when every push and pull of every key "
                     "arrived (servers, and worker 0's pulls), and how late "
-                    "every host's sender handed each batch over")
+                    "every host's sender began to hand each batch over "
+                    "(its wait behind earlier batches included)")
     ap.add_argument("--progress", action="store_true",
                     help="report every iteration of worker 0")
     ap.add_argument("--keep", action="store_true",

@@ -397,7 +397,7 @@ def main():
               "share of a server's key pairs that two workers' pushes "
               "reached it in opposite orders.  Hand-overs late: how long "
               "after a layer's backward was due to end the worker's sender "
-              "took its pushes.\n",
+              "began to hand its pushes over to libp3.\n",
               diag_table(runs), "\n" + health(runs)]
     text = "\n".join(parts) + "\n"
     if args.md:

@@ -4,6 +4,7 @@
 
   bench/train/test_models.py
 """
+import collections
 import itertools
 import json
 import os
@@ -205,15 +206,36 @@ def hand_over_checks(t, profiles):
     key reaches its peer whole, once, in its iteration, and the batch's
     lateness is recorded once, from when it was due."""
     import p3                   # job put userlib/python on the path
-    import threading
-    import time
     import emulate
     j = job.Job(profiles["resnet50"], "p3kernel", gbps=2)
+    for to_server in (True, False):
+        hand_over_check(t, p3, emulate, j, to_server)
+
+
+def hand_over_check(t, p3, emulate, j, to_server):
+    """A worker's pushes go by key; a server's pulls by layer, its keys
+    of the layer each at their offset in the peer's shard."""
+    import threading
+    import time
+    if to_server:
+        keys = {0: j.keys[:3], 1: j.keys[3:4]}
+        want = {peer: sorted((k.id, 5, k.nbytes) for k in ks)
+                for peer, ks in keys.items()}
+        size = {k.id: k.nbytes for k in j.keys}
+    else:
+        # two layers, each with two or more keys on one server
+        shared = collections.defaultdict(list)
+        for k in j.keys:
+            shared[(k.layer, k.server)].append(k)
+        two = [ks for ks in shared.values() if len(ks) > 1][:2]
+        keys = {0: two[0], 1: two[1]}
+        want = {peer: [(ks[0].layer, 5, j.shard_bytes[(ks[0].layer,
+                                                       ks[0].server)])]
+                for peer, ks in keys.items()}
+        size = {ks[0].layer: j.shard_bytes[(ks[0].layer, ks[0].server)]
+                for ks in keys.values()}
     lst = p3.Listener(host="127.0.0.1", timeout=10)
     rx, txs = {}, {}
-    keys = {0: j.keys[:3], 1: j.keys[3:4]}
-    want = {peer: sorted((k.id, 5, k.nbytes) for k in ks)
-            for peer, ks in keys.items()}
     got, late = None, []
     try:
         for peer in keys:
@@ -223,12 +245,12 @@ def hand_over_checks(t, profiles):
             txs[peer] = p3.Channel.connect("127.0.0.1", lst.port,
                                            bands=j.bands, timeout=10)
             acc.join()
-        bufs = {peer: {k.id: bytearray(k.nbytes) for k in ks}
-                for peer, ks in keys.items()}
-        for peer, ks in keys.items():
-            for k in ks:
-                rx[peer].expect(k.id, bufs[peer][k.id], 5)
-        hand_over = emulate.HandOver(txs, j, True, late)
+        bufs = {peer: {tensor: bytearray(size[tensor]) for tensor, _, _
+                       in want[peer]} for peer in keys}
+        for peer in keys:
+            for tensor, buf in bufs[peer].items():
+                rx[peer].expect(tensor, buf, 5)
+        hand_over = emulate.HandOver(txs, j, to_server, late)
         hand_over(list(keys.items()), 5, time.monotonic() - 0.25)
         got = {peer: sorted((c.tensor, c.iteration, c.bytes)
                             for c in rx[peer].wait(timeout=10))
@@ -241,8 +263,8 @@ def hand_over_checks(t, profiles):
         lst.close()
     t.ok(got == want and len(late) == 1 and late[0][0] == 5 and
          0.25 <= late[0][1] < 5,
-         "emulate.HandOver: each key once, whole, to its peer, and the "
-         "batch's lateness once",
+         f"emulate.HandOver ({'pushes' if to_server else 'pulls'}): each "
+         "key once, whole, to its peer, and the batch's lateness once",
          f"got {got}\nwant {want}\nlate {late}")
 
 
