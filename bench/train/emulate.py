@@ -458,14 +458,13 @@ class HandOver:
         for peer, keys in batch:
             ch = self.chans[peer]
             for k in keys:
-                level = k.level if self.banded else 0
-                prio = k.prio if self.prioritised else 0
-                if self.to_server:
-                    ch.send(k.id, self.zero[:k.nbytes], level, iteration=it,
-                            prio=prio)
-                else:
-                    ch.send(k.layer, self.zero[:k.nbytes], level,
-                            iteration=it, offset=k.shard_off, prio=prio)
+                # a server aggregates by key; a worker reassembles layers
+                tensor, offset = ((k.id, 0) if self.to_server
+                                  else (k.layer, k.shard_off))
+                ch.send(tensor, self.zero[:k.nbytes],
+                        k.level if self.banded else 0, iteration=it,
+                        offset=offset,
+                        prio=k.prio if self.prioritised else 0)
 
 
 def sender(q, hand_over):
@@ -566,10 +565,14 @@ def worker_main(ctl, j, wid, cfg):
     S = j.servers
     L = len(j.fwd)
     by_layer = j.keys_of_layer()
-    # Per layer, the keys each server owns, and how many servers send it.
+    # Per layer, the keys each server owns; the layer's batch of pushes
+    # (server, keys), one pair per server that owns some, and so how many
+    # servers send the layer back.
     push_keys = [[[k for k in by_layer[la] if k.server == s] for s in range(S)]
                  for la in range(L)]
-    nsrv = [sum(1 for s in range(S) if push_keys[la][s]) for la in range(L)]
+    batches = [[(s, ks) for s, ks in enumerate(push_keys[la]) if ks]
+               for la in range(L)]
+    nsrv = [len(b) for b in batches]
     lst = p3.Listener(host=None, port=cfg["port"], timeout=60)
     ctl.send(ready=1)
     ctl.wait("connect")
@@ -650,8 +653,7 @@ def worker_main(ctl, j, wid, cfg):
         for la in reversed(range(L)):
             t += j.bwd[la]
             sleep_until(t)
-            txq.put(([(s, push_keys[la][s]) for s in range(S)
-                      if push_keys[la][s]], it, t))
+            txq.put((batches[la], it, t))
         stalls.append(stall)
         bwd_end.append(t)
     trace = {"arrive": arrive, "bwd_end": bwd_end} if wid == 0 else None

@@ -42,9 +42,9 @@ one socket per peer loses"): --jitter hands each host's messages of one
 instant (a layer's pushes, a key's W pulls) to libp3 up to JITTER seconds
 late, in order.  With --compare, "--jitter measured" draws each batch's
 lateness from what the runs being modelled recorded (emulate.py --trace;
-workers' and servers' apart).  The workers then decide differently what their
-sockets take first, and a server waits for the last worker's
-copy of a key; records give the push spread of the keys.  Run with
+workers' and servers' apart).  The workers then decide differently what
+their sockets take first, and a server waits for the last worker's copy
+of a key; records give the push spread of the keys.  Run with
 --compare, it sets the measured iteration times, link use and push
 spread of a results file beside the model's.
 """

@@ -10,6 +10,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -215,8 +217,6 @@ def hand_over_checks(t, profiles):
 def hand_over_check(t, p3, emulate, j, to_server):
     """A worker's pushes go by key; a server's pulls by layer, its keys
     of the layer each at their offset in the peer's shard."""
-    import threading
-    import time
     if to_server:
         keys = {0: j.keys[:3], 1: j.keys[3:4]}
         want = {peer: sorted((k.id, 5, k.nbytes) for k in ks)
