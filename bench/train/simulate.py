@@ -42,7 +42,8 @@ one socket per peer loses"): --jitter hands each host's messages of one
 instant (a layer's pushes, a key's W pulls) to libp3 up to JITTER seconds
 late, in order.  With --compare, "--jitter measured" draws each batch's
 lateness from what the runs being modelled recorded (emulate.py --trace;
-workers' and servers' apart).  The workers then decide differently what
+workers' and servers' apart, a worker's batch from the records of its
+own layer).  The workers then decide differently what
 their sockets take first, and a server waits for the last worker's copy
 of a key; records give the push spread of the keys.  Run with
 --compare, it sets the measured iteration times, link use and push
@@ -298,17 +299,20 @@ class Cluster:
             self._queue(host, peer, key, iteration)
             return
         if self.batch[0] != (self.now, host):
-            t = max(self.now + self._lateness(host),
+            t = max(self.now + self._lateness(host, key.layer),
                     self.handed.get(host, 0.0))
             self.handed[host] = t
             self.batch = ((self.now, host), t)
         self.at(self.batch[1], lambda: self._queue(host, peer, key, iteration))
 
-    def _lateness(self, host):
+    def _lateness(self, host, layer):
         """A batch's delay: up to `jitter` s, uniformly, or one drawn
-        from the measured ones of @host's role."""
+        from the measured ones of @host's role; for a worker's pushes,
+        from those of the same @layer, where there are any."""
         if isinstance(self.jitter, dict):
-            return self.rnd.choice(self.jitter[ROLES[host[0]]])
+            own = (self.jitter.get("worker_layers", {}).get(layer)
+                   if host[0] == "w" else None)
+            return self.rnd.choice(own or self.jitter[ROLES[host[0]]])
         return self.rnd.uniform(0, self.jitter)
 
     def _queue(self, host, peer, key, iteration):
@@ -429,7 +433,8 @@ def simulate(profile, mode, gbps, iters=3, warmup=1, packet=PACKET,
     """The model's record for one mode at one rate, with @upload bulk
     streams from every worker (and the servers' links on
     @server_policy, if given).  @jitter: seconds (uniform), or
-    {"workers": [...], "servers": [...]}, measured lateness to draw from.
+    {"workers": [...], "servers": [...]}, measured lateness to draw from
+    (and "worker_layers": {layer: [...]}, a worker's by layer).
     With @jitter, random: the means over @seeds runs (seeds 0, 1, ...),
     and the push spread of all their keys."""
     plan, policy = MODES[mode]
@@ -530,13 +535,19 @@ def progress(what):
 
 
 def pooled_lateness(runs):
-    """traces.lateness of @runs, pooled per role; None unless every
-    role has some (runs without emulate.py --trace have none)."""
+    """traces.lateness of @runs, pooled per role, and the workers' per
+    layer ("worker_layers"); None unless every role has some (runs
+    without emulate.py --trace have none)."""
     out = {"workers": [], "servers": []}
+    layers = collections.defaultdict(list)
     for r in runs:
         for role, xs in traces.lateness(r).items():
             out[role] += xs
-    return out if all(out.values()) else None
+        for layer, xs in traces.lateness_by_layer(r).items():
+            layers[layer] += xs
+    if not all(out.values()):
+        return None
+    return dict(out, worker_layers=dict(layers))
 
 
 def measured_noise(runs, noise):
@@ -626,7 +637,8 @@ def main():
                     help="hand a host's messages of one instant to libp3 "
                     "up to SECONDS late (uniform, in order), as the "
                     "emulator's CPU does; with --compare, 'measured' draws "
-                    "from the lateness its runs recorded; the means of "
+                    "from the lateness its runs recorded (a worker's "
+                    "batch from its layer's); the means of "
                     "--seeds runs")
     ap.add_argument("--seeds", type=int, default=5,
                     help="runs per point with --jitter "

@@ -441,6 +441,23 @@ def jitter_checks(t, profiles):
          f"simulate --jitter measured: no lateness {none['iter_s']:.4f} s, "
          f"exact {exact['iter_s']:.4f} s; every push 0.3 s "
          f"late: {late['iter_s']:.4f} s")
+    # Measured lateness by layer: a worker's batch is drawn from its own
+    # layer's records.  The last layer's pushes, handed over first and
+    # needed last, 0.5 s late cost a compute-bound iteration nothing;
+    # every batch that late costs it the 0.5 s
+    nlayers = len(job.Job(vgg, "p3user", gbps=8).fwd)
+    first = {la: [0.0] for la in range(nlayers - 1)}
+    first[nlayers - 1] = [0.5]
+    fast = simulate.simulate(vgg, "p3user", 8)
+    by_layer = simulate.simulate(vgg, "p3user", 8, seeds=1, jitter=dict(
+        zero, workers=[0.5], worker_layers=first))
+    pooled = simulate.simulate(vgg, "p3user", 8, seeds=1,
+                               jitter=dict(zero, workers=[0.5]))
+    t.ok(by_layer["iter_s"] < fast["iter_s"] + 0.01 and
+         pooled["iter_s"] > fast["iter_s"] + 0.4,
+         f"simulate --jitter measured, VGG-19 at 8 Gbit/s: exact "
+         f"{fast['iter_s']:.4f} s; the last layer's pushes 0.5 s late "
+         f"{by_layer['iter_s']:.4f} s, every layer's {pooled['iter_s']:.4f} s")
     incep = profiles["inception3"]
     runs = [simulate.Cluster(job.Job(incep, "p3user", gbps=1), "p3user",
                              jitter=0.02, seed=s).run(3, 1)["iter_s"]
@@ -518,6 +535,16 @@ def jitter_checks(t, profiles):
          traces.lateness({"warmup": 1}) == {} and
          traces.late_summary(got["workers"])["max"] == 0.004,
          f"traces.lateness: {got}")
+    # traces.lateness_by_layer: an iteration's records are its layers in
+    # backward order, the last layer first
+    rec["trace_late"]["workers"] = {
+        "w0": [[0, 9.0], [0, 9.0], [1, 0.3], [1, 0.001], [2, 0.4],
+               [2, 0.002], [3, 9.0], [3, 9.0]],
+        "w1": [[2, 0.5], [2, 0.004]]}
+    got = traces.lateness_by_layer(rec)
+    t.ok(got == {1: [0.3, 0.4, 0.5], 0: [0.001, 0.002, 0.004]} and
+         traces.lateness_by_layer({"warmup": 1}) == {},
+         f"traces.lateness_by_layer: {got}")
 
     # levels "bytes": VGG-19's fc7 and fc8 alone in the last band;
     # Sockeye's first layers hold half its bytes, so it keeps the

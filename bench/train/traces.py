@@ -140,6 +140,30 @@ def lateness(rec):
             for role, shift in (("workers", 0), ("servers", 1))}
 
 
+def lateness_by_layer(rec):
+    """{layer: [...]}: the workers' lateness of lateness(), by the layer
+    whose pushes were late.  A worker hands its layers over in backward
+    order, last layer first, one batch each, so an iteration's k-th
+    record of n is layer n - 1 - k.  The lateness has a shape that the
+    pooled list loses: where the link has room, the first batches of
+    backward wait for the sender's writes of the big ones before them,
+    while layer 0's, handed over last, is on time (docs/benchmarks.md,
+    "What the lateness is")."""
+    if "trace_late" not in rec:
+        return {}
+    timed = timed_pushes(rec)
+    out = collections.defaultdict(list)
+    for host in rec["trace_late"]["workers"].values():
+        per_it = collections.defaultdict(list)
+        for it, s in host:
+            if it in timed:
+                per_it[it].append(s)
+        for xs in per_it.values():
+            for k, s in enumerate(xs):
+                out[len(xs) - 1 - k].append(s)
+    return dict(out)
+
+
 def late_summary(late):
     """{"median", "p90", "p99", "max"} of lateness (s), or None."""
     if len(late) < 2:
