@@ -148,7 +148,7 @@ def lateness_by_layer(rec):
     pooled list loses: where the link has room, the first batches of
     backward wait for the sender's writes of the big ones before them,
     while layer 0's, handed over last, is on time (docs/benchmarks.md,
-    "What the lateness is")."""
+    "Steady state, and what the lateness is")."""
     if "trace_late" not in rec:
         return {}
     timed = timed_pushes(rec)
