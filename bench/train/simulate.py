@@ -308,7 +308,9 @@ class Cluster:
     def _lateness(self, host, layer):
         """A batch's delay: up to `jitter` s, uniformly, or one drawn
         from the measured ones of @host's role; for a worker's pushes,
-        from those of the same @layer, where there are any."""
+        from those of the same @layer, where there are any.  (A layer
+        whose backward takes no time, as Sockeye's embeddings', is
+        handed over with the layer before it, and takes its draw.)"""
         if isinstance(self.jitter, dict):
             own = (self.jitter.get("worker_layers", {}).get(layer)
                    if host[0] == "w" else None)

@@ -535,12 +535,15 @@ def jitter_checks(t, profiles):
          traces.lateness({"warmup": 1}) == {} and
          traces.late_summary(got["workers"])["max"] == 0.004,
          f"traces.lateness: {got}")
-    # traces.lateness_by_layer: an iteration's records are its layers in
-    # backward order, the last layer first
+    # traces.lateness_by_layer: an iteration's records are its two
+    # layers in backward order, the last layer first; an iteration with
+    # another count (w1's first, as runs before session 40 recorded) is
+    # left out
+    rec["trace_w0"]["arrive"] = [[None, None]] * 3
     rec["trace_late"]["workers"] = {
         "w0": [[0, 9.0], [0, 9.0], [1, 0.3], [1, 0.001], [2, 0.4],
                [2, 0.002], [3, 9.0], [3, 9.0]],
-        "w1": [[2, 0.5], [2, 0.004]]}
+        "w1": [[1, 7.0], [1, 7.0], [1, 7.0], [2, 0.5], [2, 0.004]]}
     got = traces.lateness_by_layer(rec)
     t.ok(got == {1: [0.3, 0.4, 0.5], 0: [0.001, 0.002, 0.004]} and
          traces.lateness_by_layer({"warmup": 1}) == {},

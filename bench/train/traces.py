@@ -142,15 +142,18 @@ def lateness(rec):
 
 def lateness_by_layer(rec):
     """{layer: [...]}: the workers' lateness of lateness(), by the layer
-    whose pushes were late.  A worker hands its layers over in backward
-    order, last layer first, one batch each, so an iteration's k-th
-    record of n is layer n - 1 - k.  The lateness has a shape that the
+    whose pushes were late.  Since session 40 a worker hands its layers
+    over in backward order, last layer first, one batch each, so the
+    k-th of an iteration's L records is layer L - 1 - k; an iteration
+    with another count (runs before session 40 recorded a batch per
+    layer and server) is left out.  The lateness has a shape that the
     pooled list loses: where the link has room, the first batches of
     backward wait for the sender's writes of the big ones before them,
     while layer 0's, handed over last, is on time (docs/benchmarks.md,
     "Steady state, and what the lateness is")."""
     if "trace_late" not in rec:
         return {}
+    nlayers = len(rec["trace_w0"]["arrive"][0])
     timed = timed_pushes(rec)
     out = collections.defaultdict(list)
     for host in rec["trace_late"]["workers"].values():
@@ -159,8 +162,9 @@ def lateness_by_layer(rec):
             if it in timed:
                 per_it[it].append(s)
         for xs in per_it.values():
-            for k, s in enumerate(xs):
-                out[len(xs) - 1 - k].append(s)
+            if len(xs) == nlayers:
+                for k, s in enumerate(xs):
+                    out[nlayers - 1 - k].append(s)
     return dict(out)
 
 
