@@ -148,7 +148,7 @@ def lateness_by_layer(rec):
     with another count (runs before session 40 recorded a batch per
     layer and server) is left out.  The lateness has a shape that the
     pooled list loses: where the link has room, the first batches of
-    backward wait for the sender's writes of the big ones before them,
+    backward wait behind the sends of the big ones before them,
     while layer 0's, handed over last, is on time (docs/benchmarks.md,
     "Steady state, and what the lateness is")."""
     if "trace_late" not in rec:
