@@ -8,7 +8,10 @@ For every point (model, rate) with both a p3user and a p3kernel run of
 enough timed iterations (emulate.py --iters 9 or more): worker 0's mean
 iteration time over the early and the late timed iterations, counted
 from 1 after the warm-up, and kernel ÷ user in throughput.  An iteration
-runs from one start of layer 0's forward pass to the next.
+runs from one start of layer 0's forward pass to the next.  A point run
+more than once (rounds) gives the means over its runs, and beside the
+ratio of the means the range of the rounds' own ratios, the k-th run of
+one mode against the k-th of the other.
 """
 import argparse
 import os
@@ -39,6 +42,27 @@ def mean_iter(rec, lo, hi):
                            for k in range(lo, hi + 1))
 
 
+def ratio_cell(user, kernel):
+    """kernel ÷ user in throughput, of the means and, over rounds, of
+    each round's pair of runs."""
+    cell = f"{statistics.mean(user) / statistics.mean(kernel):.3f}"
+    rounds = [u / k for u, k in zip(user, kernel)]
+    if len(rounds) > 1:
+        cell += f" ({min(rounds):.3f}–{max(rounds):.3f})"
+    return cell
+
+
+def window_cells(by_mode, lo, hi):
+    """The user, kernel and ratio cells of one window, over the runs
+    that timed it."""
+    user, kernel = ([t for t in (mean_iter(r, lo, hi) for r in by_mode[x])
+                     if t is not None] for x in MODES)
+    if not user or not kernel:
+        return ["–"] * 3
+    return [f"{statistics.mean(user):.3f}", f"{statistics.mean(kernel):.3f}",
+            ratio_cell(user, kernel)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+")
@@ -49,21 +73,20 @@ def main():
     by_point = {}
     for r in runs:
         if r["mode"] in MODES and not r.get("bulk"):
-            by_point.setdefault((r["model"], r["gbps"]), {})[r["mode"]] = r
+            by_point.setdefault((r["model"], r["gbps"]), {}).setdefault(
+                r["mode"], []).append(r)
     (e0, e1), (l0, l1) = args.early, args.late
-    print(f"| model | Gbit/s | user, {e0}–{e1} | kernel, {e0}–{e1} | "
+    print(f"| model | Gbit/s | runs | user, {e0}–{e1} | kernel, {e0}–{e1} | "
           f"kernel ÷ user | user, {l0}–{l1} | kernel, {l0}–{l1} | "
           "kernel ÷ user |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = 0
     for (model, gbps), m in sorted(by_point.items()):
         if len(m) < len(MODES):
             continue
-        cells = []
+        cells = [f"{len(m[MODES[0]])}/{len(m[MODES[1]])}"]
         for lo, hi in (args.early, args.late):
-            u, k = (mean_iter(m[x], lo, hi) for x in MODES)
-            cells += ["–"] * 3 if u is None or k is None else \
-                [f"{u:.3f}", f"{k:.3f}", f"{u / k:.3f}"]
+            cells += window_cells(m, lo, hi)
         print(f"| {model} | {gbps:g} | " + " | ".join(cells) + " |")
         rows += 1
     if not rows:

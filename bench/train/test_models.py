@@ -157,6 +157,20 @@ def main():
            steady.mean_iter(rec, 2, 4)]
     t.ok(got == [11.0 / 3, 3.0, None],
          f"steady.mean_iter skips the warm-up: {got}")
+    # over rounds: the mean of every run (not the last one's), and the
+    # rounds' own ratios, k-th run against k-th
+    def run(mode, s):
+        return {"mode": mode, "warmup": 0, "starts_w0": [0.0, s, 2 * s]}
+    rounds = {"p3user": [run("p3user", 4.0), run("p3user", 2.0)],
+              "p3kernel": [run("p3kernel", 2.0), run("p3kernel", 4.0)]}
+    got = steady.window_cells(rounds, 1, 2)
+    t.ok(got == ["3.000", "3.000", "1.000 (0.500–2.000)"],
+         f"steady.py: rounds averaged, their ratios' range: {got}")
+    rounds["p3kernel"] = [run("p3kernel", 3.0)]
+    got = steady.window_cells(rounds, 1, 2)
+    t.ok(got == ["3.000", "3.000", "1.000"] and
+         steady.window_cells(rounds, 1, 3) == ["–"] * 3,
+         f"steady.py: an unpaired run counts in the means only: {got}")
 
     # waits.py: VGG-19's forward pass (layers of 0.01 s each here) starts
     # 0.5 s after backward ends and waits 0.3 s more for fc6
