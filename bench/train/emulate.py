@@ -979,8 +979,10 @@ def main():
     ap.add_argument("--levels", default="count", choices=jobmod.LEVELS,
                     help="p3kernel (other modes have no levels): how layers "
                     "share the bands: libp3's planner (equal runs of "
-                    "layers), or no later than equal runs of bytes would "
-                    "put them (an experiment, not faster)")
+                    "layers), no later than equal runs of bytes would "
+                    "put them (an experiment, not faster), or the "
+                    "planner's with the small tail after the largest "
+                    "layer first, on level 0 (an experiment)")
     ap.add_argument("--group-slices", type=float, default=0.0,
                     help="sliced modes: layers the forward pass needs within "
                     "this many slice times of each other share a level "

@@ -61,7 +61,7 @@ SHARDS = ("round-robin", "even")
 # How layers share the levels (--levels): libp3's planner (equal runs of
 # layers), or no later than an equal run of bytes would put them (see
 # Job._byte_levels).
-LEVELS = ("count", "bytes")
+LEVELS = ("count", "bytes", "tail")
 MODES_MEASURED = MODES[:-1]
 MODE_TITLES = {
     "fifo": "FIFO (WFBP)",
@@ -171,6 +171,8 @@ class Job:
         if self.levels == "bytes":
             lv = self._byte_levels(slices)
             slices = [s._replace(level=lv[s.tensor]) for s in slices]
+        elif self.levels == "tail":
+            slices = self._tail_first(slices)
         if self.shard == "even":
             return self._shard_offsets(self._even_pieces(slices))
         keys = []
@@ -217,6 +219,27 @@ class Job:
             lv[la] = min(planned[la], before * self.train_bands // total)
             before += nbytes
         return lv
+
+    def _tail_first(self, slices):
+        """levels "tail": the layers after the largest one, if they hold
+        at most a quarter of the bytes, on level 0 and ahead of every
+        other layer, in forward order.  Backward hands them over first,
+        and the next forward pass needs them right after the largest
+        layer; in P3's order they wait out its whole transfer and then
+        lengthen the iteration's tail, while the layers that do overtake
+        them (VGG-19: conv5_4 down to conv1) arrive long before they are
+        needed.  An experiment (docs/benchmarks.md, "P3's order at
+        VGG-19's tail")."""
+        largest = max(range(len(self.layer_bytes)),
+                      key=self.layer_bytes.__getitem__)
+        tail = range(largest + 1, len(self.layer_bytes))
+        if not tail or (sum(self.layer_bytes[la] for la in tail) * 4 >
+                        sum(self.layer_bytes)):
+            return slices
+        ahead = len(tail)
+        return [s._replace(level=0, prio=s.tensor - tail.start)
+                if s.tensor in tail else s._replace(prio=s.prio + ahead)
+                for s in slices]
 
     def _even_pieces(self, slices):
         """shard "even": every layer of at least 64 bytes per server cut

@@ -569,7 +569,7 @@ def jitter_checks(t, profiles):
     plans = {lv: job.Job(profiles["sockeye"], "p3kernel", gbps=1, levels=lv)
              for lv in job.LEVELS}
     t.ok(len({tuple(k.level for k in j.keys) for j in plans.values()}) == 1,
-         "sockeye: levels by bytes are the planner's")
+         "sockeye: levels by bytes and tail are the planner's")
     user = job.Job(vgg, "p3user", gbps=1, levels="bytes")
     t.ok(user.levels == "count" and user.describe()["levels"] == "count",
          "levels apply to the kernel mode only: user space records none")
@@ -579,6 +579,25 @@ def jitter_checks(t, profiles):
          {vgg_lv[17], vgg_lv[18]} == {3},
          f"vgg19: levels by bytes put fc7 and fc8 in band 3, the rest in "
          f"band 0: {vgg_lv}")
+
+    # levels "tail": VGG-19's fc7 and fc8 (after fc6, the largest) on
+    # level 0 and first; every other key keeps its level and its order
+    planned, tail = (job.Job(vgg, "p3kernel", gbps=1, levels=lv).keys
+                     for lv in ("count", "tail"))
+    moved = sorted({(k.layer, k.level, k.prio) for k in tail
+                    if k.layer in (17, 18)})
+    rest = [(a.level, a.prio, b.level, b.prio) for a, b in zip(planned, tail)
+            if a.layer < 17]
+    t.ok(moved == [(17, 0, 0), (18, 0, 1)] and
+         all(la == lb and pb == pa + 2 for la, pa, lb, pb in rest) and
+         min(pa for _, pa, _, _ in rest) >= 0,
+         f"vgg19: levels tail put fc7 and fc8 first on level 0 {moved}, "
+         "the rest as planned behind them")
+    # ResNet-50's layers after its largest hold over a quarter of it
+    same = [job.Job(profiles["resnet50"], "p3kernel", gbps=1, levels=lv).keys
+            for lv in ("count", "tail")]
+    t.ok(same[0] == same[1], "resnet50: levels tail are the planner's "
+         "(its tail is too large to go first)")
 
 
 if __name__ == "__main__":
