@@ -226,10 +226,11 @@ class Job:
         other layer, in forward order.  Backward hands them over first,
         and the next forward pass needs them right after the largest
         layer; in P3's order they wait out its whole transfer and then
-        lengthen the iteration's tail, while the layers that do overtake
-        them (VGG-19: conv5_4 down to conv1) arrive long before they are
-        needed.  An experiment (docs/benchmarks.md, "P3's order at
-        VGG-19's tail")."""
+        lengthen the iteration's tail, while the few layers that now
+        wait behind them (VGG-19: conv5_4 to conv4_4, handed over while
+        fc7 is sent) are needed some 2.5 s later.  An experiment, not
+        the planner's order (docs/benchmarks.md, "P3's order at VGG-19's
+        tail")."""
         largest = max(range(len(self.layer_bytes)),
                       key=self.layer_bytes.__getitem__)
         tail = range(largest + 1, len(self.layer_bytes))
