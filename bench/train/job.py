@@ -59,8 +59,9 @@ MODES = ("fifo", "slice", "p3user", "p3kernel", "ideal")
 # slices, or every layer split evenly over all servers (--shard).
 SHARDS = ("round-robin", "even")
 # How layers share the levels (--levels): libp3's planner (equal runs of
-# layers), or no later than an equal run of bytes would put them (see
-# Job._byte_levels).
+# layers), no later than an equal run of bytes would put them (see
+# Job._byte_levels), or the planner's with a small tail after the largest
+# layer first (Job._tail_first).
 LEVELS = ("count", "bytes", "tail")
 MODES_MEASURED = MODES[:-1]
 MODE_TITLES = {

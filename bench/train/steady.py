@@ -44,9 +44,12 @@ def mean_iter(rec, lo, hi):
 
 def ratio_cell(user, kernel):
     """kernel ÷ user in throughput, of the means and, over rounds, of
-    each round's pair of runs."""
-    cell = f"{statistics.mean(user) / statistics.mean(kernel):.3f}"
-    rounds = [u / k for u, k in zip(user, kernel)]
+    each round's pair of runs (k-th against k-th; None where a run did
+    not time the window)."""
+    u, k = ([t for t in ts if t is not None] for ts in (user, kernel))
+    cell = f"{statistics.mean(u) / statistics.mean(k):.3f}"
+    rounds = [a / b for a, b in zip(user, kernel)
+              if a is not None and b is not None]
     if len(rounds) > 1:
         cell += f" ({min(rounds):.3f}–{max(rounds):.3f})"
     return cell
@@ -55,12 +58,12 @@ def ratio_cell(user, kernel):
 def window_cells(by_mode, lo, hi):
     """The user, kernel and ratio cells of one window, over the runs
     that timed it."""
-    user, kernel = ([t for t in (mean_iter(r, lo, hi) for r in by_mode[x])
-                     if t is not None] for x in MODES)
-    if not user or not kernel:
+    user, kernel = ([mean_iter(r, lo, hi) for r in by_mode[x]]
+                    for x in MODES)
+    if all(t is None for t in user) or all(t is None for t in kernel):
         return ["–"] * 3
-    return [f"{statistics.mean(user):.3f}", f"{statistics.mean(kernel):.3f}",
-            ratio_cell(user, kernel)]
+    return [f"{statistics.mean(t for t in ts if t is not None):.3f}"
+            for ts in (user, kernel)] + [ratio_cell(user, kernel)]
 
 
 def main():

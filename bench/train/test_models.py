@@ -171,6 +171,13 @@ def main():
     t.ok(got == ["3.000", "3.000", "1.000"] and
          steady.window_cells(rounds, 1, 3) == ["–"] * 3,
          f"steady.py: an unpaired run counts in the means only: {got}")
+    short = {"mode": "p3user", "warmup": 0, "starts_w0": [0.0, 2.0]}
+    rounds = {"p3user": [run("p3user", 4.0), short],
+              "p3kernel": [run("p3kernel", 2.0), run("p3kernel", 4.0)]}
+    got = steady.window_cells(rounds, 1, 2)
+    t.ok(got == ["4.000", "3.000", "1.333"],
+         f"steady.py: a run too short for the window is left out, and "
+         f"its round with it: {got}")
 
     # waits.py: VGG-19's forward pass (layers of 0.01 s each here) starts
     # 0.5 s after backward ends and waits 0.3 s more for fc6
