@@ -42,28 +42,22 @@ def mean_iter(rec, lo, hi):
                            for k in range(lo, hi + 1))
 
 
-def ratio_cell(user, kernel):
-    """kernel ÷ user in throughput, of the means and, over rounds, of
-    each round's pair of runs (k-th against k-th; None where a run did
-    not time the window)."""
+def window_cells(by_mode, lo, hi):
+    """The user, kernel and kernel ÷ user cells of one window: means over
+    the runs that timed it, the ratio of the means in throughput and,
+    over rounds, the range of each round's own ratio (k-th run against
+    k-th, a round left out where either run did not time the window)."""
+    user, kernel = ([mean_iter(r, lo, hi) for r in by_mode[x]]
+                    for x in MODES)
     u, k = ([t for t in ts if t is not None] for ts in (user, kernel))
-    cell = f"{statistics.mean(u) / statistics.mean(k):.3f}"
+    if not u or not k:
+        return ["–"] * 3
+    ratio = f"{statistics.mean(u) / statistics.mean(k):.3f}"
     rounds = [a / b for a, b in zip(user, kernel)
               if a is not None and b is not None]
     if len(rounds) > 1:
-        cell += f" ({min(rounds):.3f}–{max(rounds):.3f})"
-    return cell
-
-
-def window_cells(by_mode, lo, hi):
-    """The user, kernel and ratio cells of one window, over the runs
-    that timed it."""
-    user, kernel = ([mean_iter(r, lo, hi) for r in by_mode[x]]
-                    for x in MODES)
-    if all(t is None for t in user) or all(t is None for t in kernel):
-        return ["–"] * 3
-    return [f"{statistics.mean(t for t in ts if t is not None):.3f}"
-            for ts in (user, kernel)] + [ratio_cell(user, kernel)]
+        ratio += f" ({min(rounds):.3f}–{max(rounds):.3f})"
+    return [f"{statistics.mean(u):.3f}", f"{statistics.mean(k):.3f}", ratio]
 
 
 def main():
