@@ -906,7 +906,9 @@ def same_setup(r, args):
     return (r.get("bands", jobmod.TRAIN_BANDS) == args.bands and
             r.get("slice_bytes", jobmod.SLICE_BYTES) == args.slice_bytes and
             r.get("shard", "round-robin") == args.shard and
-            r.get("levels", "count") == args.levels and
+            # only the kernel mode has levels; user space records P3's
+            r.get("levels", "count") == (args.levels if r["mode"] == "p3kernel"
+                                         else "count") and
             r.get("lowat", jobmod.NOTSENT_LOWAT) == args.lowat and
             r.get("sysctls", []) == args.sysctl and
             r.get("acks", "stock") == args.acks)
@@ -976,13 +978,14 @@ def main():
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS,
                     help="sliced modes: deal slices to servers round robin "
                     "(P3), or split every layer evenly over all servers")
-    ap.add_argument("--levels", default="count", choices=jobmod.LEVELS,
+    ap.add_argument("--levels", default=jobmod.DEFAULT_LEVELS,
+                    choices=jobmod.LEVELS,
                     help="p3kernel (other modes have no levels): how layers "
-                    "share the bands: libp3's planner (equal runs of "
-                    "layers), no later than equal runs of bytes would "
-                    "put them (an experiment, not faster), or the "
-                    "planner's with the small tail after the largest "
-                    "layer first, on level 0 (an experiment)")
+                    "share the bands: libp3's planner in P3's order (equal "
+                    "runs of layers), no later than equal runs of bytes "
+                    "would put them (an experiment, not faster), or "
+                    "(default) the planner's order tail-first: the small "
+                    "tail after the largest layer first, on level 0")
     ap.add_argument("--group-slices", type=float, default=0.0,
                     help="sliced modes: layers the forward pass needs within "
                     "this many slice times of each other share a level "

@@ -58,11 +58,15 @@ MODES = ("fifo", "slice", "p3user", "p3kernel", "ideal")
 # How the sliced modes deal keys to servers: P3's round robin over all
 # slices, or every layer split evenly over all servers (--shard).
 SHARDS = ("round-robin", "even")
-# How layers share the levels (--levels): libp3's planner (equal runs of
-# layers), no later than an equal run of bytes would put them (see
-# Job._byte_levels), or the planner's with a small tail after the largest
-# layer first (Job._tail_first).
+# How layers share the levels (--levels): libp3's planner in P3's order
+# (equal runs of layers), no later than an equal run of bytes would put
+# them (see Job._byte_levels), or the planner with order "tail-first": the
+# layers after the largest one first, on level 0, if they hold at most a
+# quarter of the bytes (docs/libp3.md, "Planner"; at VGG-19 fc7 and fc8,
+# which in P3's order wait out fc6 and then end the iteration late; no
+# other model of the sweep changes).  The kernel mode's default: p3.torch's.
 LEVELS = ("count", "bytes", "tail")
+DEFAULT_LEVELS = "tail"
 MODES_MEASURED = MODES[:-1]
 MODE_TITLES = {
     "fifo": "FIFO (WFBP)",
@@ -99,7 +103,7 @@ class Job:
     def __init__(self, profile, mode, workers=4, servers=4, gbps=10.0,
                  compute_s=None, model_bytes=None, slice_bytes=None,
                  train_bands=None, shard="round-robin", group_slices=0.0,
-                 levels="count"):
+                 levels=DEFAULT_LEVELS):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode}")
         self.profile = profile
@@ -168,12 +172,12 @@ class Job:
         tensors = [p3.Tensor(la["name"], n, fwd[i]) for i, (la, n) in
                    enumerate(zip(self.profile["layers"], self.layer_bytes))]
         slices = p3.plan(tensors, bands=self.train_bands,
-                         slice_bytes=self.slice_bytes)
+                         slice_bytes=self.slice_bytes,
+                         order="tail-first" if self.levels == "tail"
+                         else "forward")
         if self.levels == "bytes":
             lv = self._byte_levels(slices)
             slices = [s._replace(level=lv[s.tensor]) for s in slices]
-        elif self.levels == "tail":
-            slices = self._tail_first(slices)
         if self.shard == "even":
             return self._shard_offsets(self._even_pieces(slices))
         keys = []
@@ -220,28 +224,6 @@ class Job:
             lv[la] = min(planned[la], before * self.train_bands // total)
             before += nbytes
         return lv
-
-    def _tail_first(self, slices):
-        """levels "tail": the layers after the largest one, if they hold
-        at most a quarter of the bytes, on level 0 and ahead of every
-        other layer, in forward order.  Backward hands them over first,
-        and the next forward pass needs them right after the largest
-        layer; in P3's order they wait out its whole transfer and then
-        lengthen the iteration's tail, while the few layers that now
-        wait behind them (VGG-19: conv5_4 to conv4_4, handed over while
-        fc7 is sent) are needed some 2.5 s later.  An experiment, not
-        the planner's order (docs/benchmarks.md, "P3's order at VGG-19's
-        tail")."""
-        largest = max(range(len(self.layer_bytes)),
-                      key=self.layer_bytes.__getitem__)
-        tail = range(largest + 1, len(self.layer_bytes))
-        if not tail or (sum(self.layer_bytes[la] for la in tail) * 4 >
-                        sum(self.layer_bytes)):
-            return slices
-        ahead = len(tail)
-        return [s._replace(level=0, prio=s.tensor - tail.start)
-                if s.tensor in tail else s._replace(prio=s.prio + ahead)
-                for s in slices]
 
     def _even_pieces(self, slices):
         """shard "even": every layer of at least 64 bytes per server cut

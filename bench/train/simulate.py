@@ -524,7 +524,8 @@ def setting_notes(mode, st):
     n = st["train_bands"]
     return ([f"{n} band{'s' * (n != 1)}"]
             if st["train_bands"] != jobmod.TRAIN_BANDS else []) + \
-        ([f"levels {st['levels']}"] if st["levels"] != "count" else [])
+        ([f"levels {st['levels']}"]
+         if st["levels"] != jobmod.DEFAULT_LEVELS else [])
 
 
 def print_head(head):
@@ -629,7 +630,8 @@ def main():
     ap.add_argument("--compute-s", type=float, default=None)
     ap.add_argument("--bands", type=int, default=None)
     ap.add_argument("--shard", default="round-robin", choices=jobmod.SHARDS)
-    ap.add_argument("--levels", default="count", choices=jobmod.LEVELS)
+    ap.add_argument("--levels", default=jobmod.DEFAULT_LEVELS,
+                    choices=jobmod.LEVELS)
     ap.add_argument("--group-slices", type=float, default=0.0)
     ap.add_argument("--upload", type=int, default=0, metavar="STREAMS",
                     help="a co-located bulk upload of STREAMS connections "

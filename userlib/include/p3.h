@@ -145,14 +145,41 @@ struct p3_plan_opts {
 	uint64_t	merge_bytes;	/* merged-message cap; 0 = slice_bytes */
 	double		alpha_s;	/* start-up cost per message (s); 0 = no merging */
 	double		beta_s_per_byte;	/* cost per byte (s); informational */
+	/* Since libp3 1.3, read only with size = sizeof(struct p3_plan_opts).
+	 * It starts where the first layout ended: that layout ends on a
+	 * double, so it has no tail padding. */
+	uint32_t	order;		/* P3_ORDER_*; 0 = P3_ORDER_FORWARD */
 };
+
+/*
+ * The order slices are meant to be sent in, as p3_slice.prio and .level say.
+ *
+ * P3_ORDER_FORWARD: P3's, the next forward pass's.
+ *
+ * P3_ORDER_TAIL_FIRST: as forward, except for the tensors the forward pass
+ * needs after the largest one (its tail), when they hold at most a quarter
+ * of all bytes.  They come first, on level 0, in forward order; every
+ * other slice keeps its level and comes after them.  Backward produces
+ * that tail first and the next forward pass needs it right after the
+ * largest tensor, so in forward order it waits out the largest tensor's
+ * whole transfer and then delays the end of the iteration; the tensors
+ * that now wait for it are needed long after.  At VGG-19 (fc7 and fc8
+ * after fc6) it shortened the emulated iteration at 2 Gbit/s with one
+ * socket per level (docs/benchmarks.md, "P3's order at VGG-19's tail");
+ * it changes nothing for models whose largest tensor is last or whose
+ * tail is large (ResNet-50, InceptionV3, Sockeye).
+ */
+#define P3_ORDER_FORWARD	0
+#define P3_ORDER_TAIL_FIRST	1
 
 struct p3_slice {
 	uint32_t	tensor;		/* index into the input array */
 	uint32_t	msg;		/* message id; merged slices share one */
 	uint64_t	offset;		/* byte offset in the tensor */
 	uint64_t	length;		/* bytes, > 0 */
-	uint32_t	prio;		/* forward rank of the tensor, 0 = first */
+	uint32_t	prio;		/* send rank of the tensor, 0 = first:
+					 * its forward rank unless the order
+					 * (P3_ORDER_*) moved it */
 	uint8_t		level;		/* 0 (most urgent) .. bands - 1 */
 };
 
@@ -160,8 +187,10 @@ struct p3_slice {
  * Plan n tensors.  Large tensors are cut at slice_bytes; runs of small
  * neighbours (same level) are merged into one message while that saves a
  * start-up cost and stays under merge_bytes; forward order is quantised
- * monotonically into bands.  *out (free with p3_plan_free) holds *nout
- * slices in forward order.
+ * monotonically into bands, then opts->order may move some tensors ahead
+ * (P3_ORDER_*).  *out (free with p3_plan_free) holds *nout slices in
+ * forward order; their prio and level say when to send them.  -EINVAL for
+ * an unknown order.
  */
 int p3_plan(const struct p3_tensor *t, size_t n, const struct p3_plan_opts *opts,
 	    struct p3_slice **out, size_t *nout);

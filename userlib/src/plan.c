@@ -27,6 +27,7 @@ struct plan_ctx {
 	uint64_t		slice;
 	uint64_t		merge;
 	int			merging;
+	uint32_t		order;
 };
 
 static int cmp_key(const void *a, const void *b)
@@ -74,7 +75,9 @@ static int plan_opts(const struct p3_plan_opts *opts, struct plan_ctx *pc)
 	pc->bands = o->bands ? o->bands : 8;
 	pc->slice = o->slice_bytes ? o->slice_bytes : P3_DEFAULT_SLICE;
 	pc->merge = o->merge_bytes ? o->merge_bytes : pc->slice;
-	if (pc->bands > P3_MAX_BANDS || !(o->alpha_s >= 0) || !(o->beta_s_per_byte >= 0))
+	pc->order = o->order;
+	if (pc->bands > P3_MAX_BANDS || !(o->alpha_s >= 0) || !(o->beta_s_per_byte >= 0) ||
+	    pc->order > P3_ORDER_TAIL_FIRST)
 		return -EINVAL;
 	/* Merging trades granularity for fewer start-ups: only with alpha > 0. */
 	pc->merging = o->alpha_s > 0;
@@ -143,11 +146,47 @@ static void plan_tensor(const struct plan_ctx *pc, struct plan_state *ps, uint32
 	ps->open_bytes = bytes;
 }
 
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
+/*
+ * P3_ORDER_TAIL_FIRST: the position in forward order of the first tensor
+ * needed after the largest one (the first largest, on a tie), if from there
+ * on the tensors hold at most a quarter of all bytes; n if there is no
+ * such tail.  tail <= rest / 3 is tail <= (tail + rest) / 4 without the
+ * overflow; a sum that saturates is a tail too large, or a rest larger
+ * than any tail that did not.
+ */
+static size_t plan_tail(const struct plan_ctx *pc, const uint32_t *order, size_t n)
+{
+	uint64_t tail = 0, rest = 0;
+	size_t i, largest = 0, first;
+
+	if (pc->order != P3_ORDER_TAIL_FIRST || !n)
+		return n;
+	for (i = 1; i < n; i++)
+		if (pc->t[order[i]].bytes > pc->t[order[largest]].bytes)
+			largest = i;
+	/* Tensors the forward pass needs together with the largest are not after it. */
+	for (first = largest + 1; first < n; first++)
+		if (pc->t[order[first]].fwd != pc->t[order[largest]].fwd)
+			break;
+	for (i = 0; i < n; i++) {
+		if (i < first)
+			rest = add_sat(rest, pc->t[order[i]].bytes);
+		else
+			tail = add_sat(tail, pc->t[order[i]].bytes);
+	}
+	return first < n && tail != UINT64_MAX && tail <= rest / 3 ? first : n;
+}
+
 static void plan_fill(const struct plan_ctx *pc, const uint32_t *order, size_t n,
 		      struct plan_state *ps)
 {
 	uint64_t rank = 0, ranks = 0;
-	size_t i;
+	size_t i, tail = plan_tail(pc, order, n), ahead = n - tail;
 
 	for (i = 0; i < n; i++)
 		if (!i || pc->t[order[i]].fwd != pc->t[order[i - 1]].fwd)
@@ -155,7 +194,16 @@ static void plan_fill(const struct plan_ctx *pc, const uint32_t *order, size_t n
 	for (i = 0; i < n; i++) {
 		if (i && pc->t[order[i]].fwd != pc->t[order[i - 1]].fwd)
 			rank++;
-		plan_tensor(pc, ps, order[i], (uint32_t)i, rank_level(rank, ranks, pc->bands));
+		if (i < tail) {
+			plan_tensor(pc, ps, order[i], (uint32_t)(i + ahead),
+				    rank_level(rank, ranks, pc->bands));
+			continue;
+		}
+		/* A message is sent at its most urgent slice's prio: none may
+		 * hold both the tail and what it goes ahead of. */
+		if (i == tail)
+			ps->open = 0;
+		plan_tensor(pc, ps, order[i], (uint32_t)(i - tail), 0);
 	}
 }
 

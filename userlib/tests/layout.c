@@ -21,7 +21,7 @@ int main(void)
 	SIZE(p3_plan_opts);
 	FIELD(p3_plan_opts, size); FIELD(p3_plan_opts, bands); FIELD(p3_plan_opts, slice_bytes);
 	FIELD(p3_plan_opts, merge_bytes); FIELD(p3_plan_opts, alpha_s);
-	FIELD(p3_plan_opts, beta_s_per_byte);
+	FIELD(p3_plan_opts, beta_s_per_byte); FIELD(p3_plan_opts, order);
 	SIZE(p3_slice);
 	FIELD(p3_slice, tensor); FIELD(p3_slice, msg); FIELD(p3_slice, offset);
 	FIELD(p3_slice, length); FIELD(p3_slice, prio); FIELD(p3_slice, level);

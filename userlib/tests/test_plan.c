@@ -9,9 +9,12 @@
 #include "util.h"
 
 #define S(t, o, l, lv, m) { .tensor = t, .offset = o, .length = l, .level = lv, .msg = m }
+#define SP(t, o, l, lv, m, p) { .tensor = t, .offset = o, .length = l, .level = lv, .msg = m, \
+				.prio = p }
 
+/* prios: compare prio as well (the wants written with SP). */
 static int same_plan(const struct p3_slice *got, size_t n, const struct p3_slice *want,
-		     size_t m)
+		     size_t m, int prios)
 {
 	size_t i;
 
@@ -20,13 +23,13 @@ static int same_plan(const struct p3_slice *got, size_t n, const struct p3_slice
 	for (i = 0; i < n; i++)
 		if (got[i].tensor != want[i].tensor || got[i].offset != want[i].offset ||
 		    got[i].length != want[i].length || got[i].level != want[i].level ||
-		    got[i].msg != want[i].msg)
+		    got[i].msg != want[i].msg || (prios && got[i].prio != want[i].prio))
 			return 0;
 	return 1;
 }
 
-static int plan_is(const struct p3_tensor *t, size_t n, const struct p3_plan_opts *o,
-		   const struct p3_slice *want, size_t m)
+static int plan_is_prio(const struct p3_tensor *t, size_t n, const struct p3_plan_opts *o,
+			const struct p3_slice *want, size_t m, int prios)
 {
 	struct p3_slice *s;
 	size_t ns;
@@ -34,9 +37,15 @@ static int plan_is(const struct p3_tensor *t, size_t n, const struct p3_plan_opt
 
 	if (p3_plan(t, n, o, &s, &ns))
 		return 0;
-	good = same_plan(s, ns, want, m);
+	good = same_plan(s, ns, want, m, prios);
 	p3_plan_free(s);
 	return good;
+}
+
+static int plan_is(const struct p3_tensor *t, size_t n, const struct p3_plan_opts *o,
+		   const struct p3_slice *want, size_t m)
+{
+	return plan_is_prio(t, n, o, want, m, 0);
 }
 
 static void test_hand(void)
@@ -105,6 +114,76 @@ static void test_hand(void)
 	ok(plan_is(t6, 1, &o, w6, 3), "slice_bytes override: 129 B at 64 B is 64+64+1");
 }
 
+static void test_tail_first(void)
+{
+	/* VGG-19's shape: the tail (c, d: 300 of 1400 B) first, on level 0. */
+	static const struct p3_tensor t1[] = {
+		{ "a", 100, 0 }, { "big", 1000, 1 }, { "c", 200, 2 }, { "d", 100, 3 },
+	};
+	static const struct p3_slice w1[] = {
+		SP(0, 0, 100, 0, 0, 2), SP(1, 0, 1000, 1, 1, 3),
+		SP(2, 0, 200, 0, 2, 0), SP(3, 0, 100, 0, 3, 1),
+	};
+	static const struct p3_slice w1fwd[] = {
+		SP(0, 0, 100, 0, 0, 0), SP(1, 0, 1000, 1, 1, 1),
+		SP(2, 0, 200, 2, 2, 2), SP(3, 0, 100, 3, 3, 3),
+	};
+	struct p3_plan_opts o = { .size = sizeof(o), .bands = 4, .order = P3_ORDER_TAIL_FIRST };
+
+	ok(plan_is_prio(t1, 4, &o, w1, 4, 1),
+	   "tail first: the tensors after the largest on level 0 and ahead, the rest after them");
+	o.order = P3_ORDER_FORWARD;
+	ok(plan_is_prio(t1, 4, &o, w1fwd, 4, 1), "forward order: prio is the forward rank");
+
+	/* Exactly a quarter qualifies; one byte more does not. */
+	static const struct p3_tensor t2[] = { { "a", 100, 0 }, { "big", 200, 1 }, { "t", 100, 2 } };
+	static const struct p3_slice w2[] = {
+		SP(0, 0, 100, 0, 0, 1), SP(1, 0, 200, 1, 1, 2), SP(2, 0, 100, 0, 2, 0),
+	};
+	o = (struct p3_plan_opts){ .size = sizeof(o), .bands = 3, .order = P3_ORDER_TAIL_FIRST };
+	ok(plan_is_prio(t2, 3, &o, w2, 3, 1), "a tail of exactly a quarter of the bytes goes first");
+	static const struct p3_tensor t3[] = { { "a", 100, 0 }, { "big", 200, 1 }, { "t", 101, 2 } };
+	static const struct p3_slice w3[] = {
+		SP(0, 0, 100, 0, 0, 0), SP(1, 0, 200, 1, 1, 1), SP(2, 0, 101, 2, 2, 2),
+	};
+	ok(plan_is_prio(t3, 3, &o, w3, 3, 1), "a tail of more than a quarter keeps forward order");
+
+	/* The largest last: no tail.  A tie: the first largest.  A tensor
+	 * sharing the largest's forward index is needed with it, not after. */
+	static const struct p3_tensor t4[] = { { "a", 10, 0 }, { "big", 500, 1 } };
+	static const struct p3_slice w4[] = { SP(0, 0, 10, 0, 0, 0), SP(1, 0, 500, 1, 1, 1) };
+	o.bands = 2;
+	ok(plan_is_prio(t4, 2, &o, w4, 2, 1), "the largest tensor last: forward order");
+	static const struct p3_tensor t5[] = {
+		{ "big", 500, 0 }, { "bias", 10, 0 }, { "big2", 500, 1 }, { "t", 50, 2 },
+	};
+	static const struct p3_slice w5[] = {
+		SP(0, 0, 500, 0, 0, 0), SP(1, 0, 10, 0, 1, 1), SP(2, 0, 500, 0, 2, 2),
+		SP(3, 0, 50, 0, 3, 3),
+	};
+	o.bands = 1;
+	ok(plan_is_prio(t5, 4, &o, w5, 4, 1),
+	   "a tie for the largest: the first's tail (big2 and t, half the bytes) is too large");
+	static const struct p3_tensor t6[] = {
+		{ "a", 100, 0 }, { "big", 900, 1 }, { "bias", 20, 1 }, { "t", 30, 2 },
+	};
+	static const struct p3_slice w6[] = {
+		SP(0, 0, 100, 0, 0, 1), SP(1, 0, 900, 0, 1, 2), SP(2, 0, 20, 0, 2, 3),
+		SP(3, 0, 30, 0, 3, 0),
+	};
+	ok(plan_is_prio(t6, 4, &o, w6, 4, 1),
+	   "the largest's bias (same forward index) stays with it; only t goes first");
+
+	/* Merging never joins the tail to what it goes ahead of. */
+	static const struct p3_tensor t7[] = { { "a", 10, 0 }, { "big", 30, 1 }, { "t", 5, 2 } };
+	static const struct p3_slice w7[] = {
+		SP(0, 0, 10, 0, 0, 1), SP(1, 0, 30, 0, 0, 2), SP(2, 0, 5, 0, 1, 0),
+	};
+	o = (struct p3_plan_opts){ .size = sizeof(o), .bands = 1, .alpha_s = 1e-5,
+				   .order = P3_ORDER_TAIL_FIRST };
+	ok(plan_is_prio(t7, 3, &o, w7, 3, 1), "the tail starts a message of its own");
+}
+
 static void test_errors(void)
 {
 	struct p3_tensor t = { "x", 10, 0 };
@@ -115,6 +194,8 @@ static void test_errors(void)
 	ok(p3_plan(&t, 1, &o, &s, &n) == -EINVAL, "65 bands is invalid");
 	o = (struct p3_plan_opts){ .alpha_s = NAN };
 	ok(p3_plan(&t, 1, &o, &s, &n) == -EINVAL, "NaN alpha is invalid");
+	o = (struct p3_plan_opts){ .size = sizeof(o), .order = P3_ORDER_TAIL_FIRST + 1 };
+	ok(p3_plan(&t, 1, &o, &s, &n) == -EINVAL, "an unknown order is invalid");
 	ok(p3_plan(NULL, 0, NULL, &s, &n) == 0 && !s && !n, "empty model: empty plan");
 	t.bytes = UINT64_MAX;
 	o = (struct p3_plan_opts){ .slice_bytes = 1 };
@@ -207,9 +288,53 @@ static void check_order(const struct p3_tensor *t, const struct p3_slice *s, siz
 	}
 }
 
+/*
+ * Tail first against forward order, slice by slice (both plans are in
+ * forward order): the moved tensors are a suffix of forward order, after a
+ * change of forward index, with at most a quarter of the bytes, on level 0
+ * and ahead of all others in the same order; every other slice keeps its
+ * level and moves back by one amount; no message holds both.  Returns
+ * the number of moved slices, -1 if wrong.
+ */
+static long check_tail(const struct p3_tensor *t, const struct p3_slice *f,
+		       const struct p3_slice *s, size_t ns)
+{
+	uint64_t total = 0, moved = 0;
+	uint32_t back = 0, ahead = 0;
+	size_t i, first = ns;
+
+	for (i = 0; i < ns; i++) {
+		if (f[i].tensor != s[i].tensor || f[i].offset != s[i].offset)
+			return -1;
+		total += s[i].length;
+		if (first == ns && s[i].prio < f[i].prio)
+			first = i;
+		if (i >= first)
+			moved += s[i].length;
+	}
+	if (first == ns)
+		return 0;
+	if (!first || moved * 4 > total || s[first].msg == s[first - 1].msg ||
+	    t[f[first].tensor].fwd == t[f[first - 1].tensor].fwd)
+		return -1;
+	back = s[0].prio - f[0].prio;
+	ahead = f[first].prio - s[first].prio;
+	for (i = 0; i < ns; i++) {
+		if (i < first ? s[i].prio != f[i].prio + back || s[i].level != f[i].level
+			      : s[i].prio != f[i].prio - ahead || s[i].level ||
+				s[i].prio >= back)
+			return -1;
+	}
+	return (long)(ns - first);
+}
+
 static void test_random(void)
 {
 	struct inv v = { 1, 1, 1, 1, 1 };
+	struct p3_slice *tf;
+	size_t ntf;
+	long moved;
+	int tail_ok = 1, tails = 0;
 	struct p3_tensor t[300];
 	struct p3_plan_opts o;
 	struct p3_slice *s;
@@ -237,6 +362,16 @@ static void test_random(void)
 		for (i = 1; i < ns; i++)
 			merged += s[i].msg == s[i - 1].msg;
 		total += ns;
+		o.size = sizeof(o);
+		o.order = P3_ORDER_TAIL_FIRST;
+		if (p3_plan(t, n, &o, &tf, &ntf) || ntf != ns) {
+			tail_ok = 0;
+		} else {
+			moved = check_tail(t, s, tf, ns);
+			tail_ok &= moved >= 0;
+			tails += moved > 0;
+			p3_plan_free(tf);
+		}
 		check_coverage(t, n, s, ns, o.slice_bytes, &v);
 		p3_plan_free(s);
 	}
@@ -248,11 +383,15 @@ static void test_random(void)
 	ok(v.merge_ok && merged > 0,
 	   "merges: whole tensors, one band, within slice size (%llu of %llu slices merged)",
 	   (unsigned long long)merged, (unsigned long long)total);
+	ok(tail_ok && tails > 0,
+	   "tail first: a light suffix moved ahead on level 0, the rest as planned (%d of 400 models)",
+	   tails);
 }
 
 int main(void)
 {
 	test_hand();
+	test_tail_first();
 	test_errors();
 	test_suggest();
 	test_random();

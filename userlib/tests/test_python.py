@@ -186,6 +186,17 @@ class PlanTest(unittest.TestCase):
                 p3.Slice(2, 0, 100, 1, 3, 2), p3.Slice(3, 0, 1000, 2, 4, 3)]
         self.assertEqual(got, want)
 
+    def test_tail_first(self):
+        ts = [('conv', 100, 0), ('fc6', 1000, 1), ('fc7', 200, 2), ('fc8', 100, 3)]
+        got = p3.plan(ts, bands=4, order='tail-first')
+        self.assertEqual([(s.tensor, s.level, s.prio) for s in got],
+                         [(0, 0, 2), (1, 1, 3), (2, 0, 0), (3, 0, 1)])
+        fwd = p3.plan(ts, bands=4)
+        self.assertEqual([(s.level, s.prio) for s in fwd],
+                         [(0, 0), (1, 1), (2, 2), (3, 3)])
+        with self.assertRaisesRegex(ValueError, 'forward, tail-first'):
+            p3.plan(ts, order='tail')
+
     def test_inputs(self):
         a = p3.plan([{'name': 'x', 'bytes': 10, 'fwd': 1}, p3.Tensor('y', 20, 0)])
         self.assertEqual([(s.tensor, s.level) for s in a], [(1, 0), (0, 1)])

@@ -43,6 +43,11 @@ static void test_plan_opts(void)
 	ok(plan_with(&x.o) == 0, "a newer caller's options, its new field left zero");
 	x.next_field = 7;
 	ok_err(plan_with(&x.o), -E2BIG, "a newer caller's field this library would ignore: -E2BIG");
+	x.o.size = offsetof(struct p3_plan_opts, order);
+	x.o.order = 7;
+	x.next_field = 0;
+	ok(plan_with(&x.o) == 0, "an older caller's options: the bytes past its layout unread");
+	x.next_field = 7;
 	x.o.size = sizeof(uint32_t) * 2;
 	ok_err(plan_with(&x.o), -EINVAL, "a size below the first layout: -EINVAL");
 	x.o.size = sizeof(x.o);

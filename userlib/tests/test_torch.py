@@ -315,6 +315,7 @@ def main():
        '(timeout 10 s): %s' % (r0.get('error'), took, r0.get('message', '')))
     launcher_mends_std()
     forward_order_levels()
+    tail_first_layout()
     levels_above_untagged()
     accuracy()
     print('1..%d' % n)
@@ -347,11 +348,33 @@ def forward_order_levels():
     sizes = [p.numel() * p.element_size() for p in params]
     for fwd, first in ((None, 'head.'), (_forward_ranks(params, p3t.forward_order(
             m, torch.zeros(1, 10))), 'body.')):
-        lay = Layout(sizes, 2, 'p3', 8, SLICE, 4, fwd=fwd)
+        # P3's order: the default would move head.bias (1% of the bytes,
+        # after the largest tensor) to level 0 as well
+        lay = Layout(sizes, 2, 'p3', 8, SLICE, 4, fwd=fwd, order='forward')
         level0 = {names[params[s.tensor]] for s in lay.slices if s.level == 0}
         ok(level0 and all(n.startswith(first) for n in level0),
            'layout %s: level 0 carries %s' % (
                'by forward_order' if fwd else 'by registration', sorted(level0)))
+
+
+def tail_first_layout():
+    """The planner's order: by default the tensors after the largest go
+    first, on level 0, when they hold at most a quarter of the bytes
+    (make_model's last Linear and the bias before it: 2%)."""
+    from p3.torch._layout import Layout
+    sizes = [p.numel() * 4 for p in make_model().parameters()]
+    for order, want in ((None, [3, 4, 5]), ('forward', [])):
+        kw = {'order': order} if order else {}
+        lay = Layout(sizes, 2, 'p3', 4, SLICE, 4, **kw)
+        prio0 = min(s.prio for s in lay.slices if s.tensor == 0)
+        moved = sorted({s.tensor for s in lay.slices if s.prio < prio0})
+        ok(moved == want and all(s.level == 0 for s in lay.slices
+                                 if s.tensor in want),
+           'layout, order %s: tensors %s ahead of the first layer, on '
+           'level 0 (want %s)' % (order or 'default', moved, want))
+    refuses([(dict(order='tail'), 'order'),
+             (dict(schedule='fifo', order='forward'), 'order')],
+            'order')
 
 
 def levels_above_untagged():

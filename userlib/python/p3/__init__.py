@@ -88,7 +88,7 @@ class _PlanOpts(ctypes.Structure):
     _fields_ = [('size', _u32), ('bands', _uint), ('slice_bytes', _u64),
                 ('merge_bytes', _u64),
                 ('alpha_s', ctypes.c_double),
-                ('beta_s_per_byte', ctypes.c_double)]
+                ('beta_s_per_byte', ctypes.c_double), ('order', _u32)]
 
 
 class _Slice(ctypes.Structure):
@@ -356,10 +356,22 @@ def _as_tensor(t):
 TensorLike = Union[Tensor, Sequence[Any], Mapping[str, Any]]
 
 
+# p3_plan_opts.order (P3_ORDER_*), by name
+ORDERS = {'forward': 0, 'tail-first': 1}
+
+
 def plan(tensors: Iterable[TensorLike], bands: int = 8,
          slice_bytes: Optional[int] = None, alpha: float = 0.0,
-         beta: float = 0.0, merge_bytes: Optional[int] = None) -> list:
-    """Slices (forward order) for tensors: (name, bytes, fwd) each."""
+         beta: float = 0.0, merge_bytes: Optional[int] = None,
+         order: str = 'forward') -> list:
+    """Slices (forward order) for tensors: (name, bytes, fwd) each.
+    Their prio and level say when to send them: in the next forward
+    pass's order, or with order='tail-first' the tensors needed after
+    the largest one first, if they hold at most a quarter of the bytes
+    (P3_ORDER_TAIL_FIRST in p3.h)."""
+    if order not in ORDERS:
+        raise ValueError('p3.plan: order must be one of %s, not %r'
+                         % (', '.join(ORDERS), order))
     ts = [_as_tensor(t) for t in tensors]
     arr = (_Tensor * max(1, len(ts)))()
     names = []
@@ -368,7 +380,8 @@ def plan(tensors: Iterable[TensorLike], bands: int = 8,
         names.append(name)
         arr[i] = _Tensor(name, t.bytes, t.fwd)
     opts = _PlanOpts(ctypes.sizeof(_PlanOpts), int(bands), int(slice_bytes or 0),
-                     int(merge_bytes or 0), float(alpha), float(beta))
+                     int(merge_bytes or 0), float(alpha), float(beta),
+                     ORDERS[order])
     out = _P(_Slice)()
     n = _size()
     _check(_plan(arr, len(ts), ctypes.byref(opts), ctypes.byref(out),

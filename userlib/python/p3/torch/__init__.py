@@ -33,7 +33,7 @@ import p3
 import p3.dgram
 from ._dlcp import BoundedLoss, check_args as _check_dlcp
 from ._exchange import Exchange, PeerError, StepTimeout, np_dtypes
-from ._layout import Layout
+from ._layout import ORDER, Layout
 from ._mesh import STRIDE, Mesh, dgram_level, local_address
 from ._slimdp import SlimDP, check_args as _check_slimdp
 
@@ -247,19 +247,27 @@ class DistributedOptimizer:
     has a p3 qdisc whose default band (where untagged traffic goes) is 7
     or less (15 or less with loss_tolerance, whose datagrams take as
     many levels again), so that every level stays above that band.  The
-    ranks agree on the fewest."""
+    ranks agree on the fewest.
+
+    order: the planner's (p3.plan).  By default 'tail-first': the
+    parameters the forward pass needs after the largest one go first,
+    on level 0, if they hold at most a quarter of the bytes (VGG's last
+    two layers); 'forward' is P3's order throughout."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
                  forward_order=None, sparsify=None, keep=None, explore=None,
                  residual=True, loss_tolerance=None, deadline=None,
-                 reliable_fraction=None):
+                 reliable_fraction=None, order=None):
         if sparsify not in (None, 'slimdp'):
             raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
                              "not %r" % (sparsify,))
         if sparsify is None and (keep is not None or explore is not None):
             raise ValueError("p3.torch: keep and explore need "
                              "sparsify='slimdp'")
+        if order is not None and (schedule != 'p3' or order not in p3.ORDERS):
+            raise ValueError("p3.torch: order needs schedule='p3' and is one "
+                             "of %s, not %r" % (', '.join(p3.ORDERS), order))
         if sparsify:
             keep, explore = _check_slimdp(0.1 if keep is None else keep,
                                           0.02 if explore is None else explore)
@@ -292,7 +300,8 @@ class DistributedOptimizer:
         self.levels = nbands
         self._layout = Layout(sizes, st['size'], schedule,
                               nbands, slice_bytes,
-                              fwd=_forward_ranks(self._params, forward_order))
+                              fwd=_forward_ranks(self._params, forward_order),
+                              order=order or ORDER)
         sparse = SlimDP(self._layout, np_dtypes(self._params), keep, explore,
                         residual) if sparsify else None
         model_bytes = sum(sizes)

@@ -18,11 +18,20 @@ BETA = 8e-9
 Slice = collections.namedtuple('Slice', 'tensor offset length level msg prio')
 
 
+# The planner's order (p3.plan): the tensors after the largest first, if
+# they hold at most a quarter of the bytes.  At VGG-19 that is fc7 and
+# fc8, which in P3's order wait out fc6's transfer and end the iteration
+# late (docs/libp3.md, "Planner"); most models have no such tail, and
+# keep P3's order.
+ORDER = 'tail-first'
+
+
 class Layout:
     def __init__(self, sizes, world, schedule='p3', bands=8, slice_bytes=None,
-                 itemsize=8, fwd=None):
+                 itemsize=8, fwd=None, order=ORDER):
         """fwd[i]: when tensor i is first needed in the forward pass
-        (default: i, the order of model.parameters())."""
+        (default: i, the order of model.parameters()).  order: the
+        planner's (p3.ORDERS)."""
         if schedule == 'p3':
             step = slice_bytes or p3.DEFAULT_SLICE
             # A slice must hold whole elements of any dtype.
@@ -30,7 +39,8 @@ class Layout:
             fwd = list(range(len(sizes))) if fwd is None else fwd
             tensors = [('t%d' % i, n, fwd[i]) for i, n in enumerate(sizes)]
             self.slices = [Slice(*s) for s in p3.plan(
-                tensors, bands=bands, slice_bytes=step, alpha=ALPHA, beta=BETA)]
+                tensors, bands=bands, slice_bytes=step, alpha=ALPHA, beta=BETA,
+                order=order)]
         elif schedule == 'fifo':
             # WFBP: whole tensors on one band, in the order backward makes
             # them (equal prio: the band's FIFO).
