@@ -251,8 +251,8 @@ class DistributedOptimizer:
 
     order: the planner's (p3.plan).  By default 'tail-first': the
     parameters the forward pass needs after the largest one go first,
-    on level 0, if they hold at most a quarter of the bytes (VGG's last
-    two layers); 'forward' is P3's order throughout."""
+    on level 0, if they hold at most a quarter of the bytes (VGG-19's
+    fc7 and fc8, and fc6's bias); 'forward' is P3's order throughout."""
 
     def __init__(self, optimizer, model, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
