@@ -146,9 +146,9 @@ struct p3_plan_opts {
 	double		alpha_s;	/* start-up cost per message (s); 0 = no merging */
 	double		beta_s_per_byte;	/* cost per byte (s); informational */
 	/* Since libp3 1.3, read only with size = sizeof(struct p3_plan_opts).
-	 * It starts where the first layout ended: that layout ends on a
-	 * double, so it has no tail padding. */
-	uint32_t	order;		/* P3_ORDER_*; 0 = P3_ORDER_FORWARD */
+	 * 64 bits, so that the struct has no padding that a caller would
+	 * have to zero for an older libp3 (p3_struct_in's -E2BIG). */
+	uint64_t	order;		/* P3_ORDER_*; 0 = P3_ORDER_FORWARD */
 };
 
 /*
@@ -157,17 +157,14 @@ struct p3_plan_opts {
  * P3_ORDER_FORWARD: P3's, the next forward pass's.
  *
  * P3_ORDER_TAIL_FIRST: as forward, except for the tensors the forward pass
- * needs after the largest one (its tail), when they hold at most a quarter
- * of all bytes.  They come first, on level 0, in forward order; every
- * other slice keeps its level and comes after them.  Backward produces
- * that tail first and the next forward pass needs it right after the
- * largest tensor, so in forward order it waits out the largest tensor's
- * whole transfer and then delays the end of the iteration; the tensors
- * that now wait for it are needed long after.  At VGG-19 (fc7 and fc8
- * after fc6) it shortened the emulated iteration at 2 Gbit/s with one
- * socket per level (docs/benchmarks.md, "P3's order at VGG-19's tail");
- * it changes nothing for models whose largest tensor is last or whose
- * tail is large (ResNet-50, InceptionV3, Sockeye).
+ * needs after the largest one (its tail), when they hold some bytes but at
+ * most a quarter of all.  They come first, on level 0, in forward order;
+ * every other slice keeps its level and comes after them.  Backward
+ * produces that tail first and the next forward pass needs it right after
+ * the largest tensor: in forward order it waits out the largest tensor's
+ * whole transfer and then delays the end of the iteration, while the
+ * tensors that now wait for it are needed long after (docs/libp3.md,
+ * "Planner").
  */
 #define P3_ORDER_FORWARD	0
 #define P3_ORDER_TAIL_FIRST	1

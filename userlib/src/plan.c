@@ -27,7 +27,7 @@ struct plan_ctx {
 	uint64_t		slice;
 	uint64_t		merge;
 	int			merging;
-	uint32_t		order;
+	uint64_t		order;
 };
 
 static int cmp_key(const void *a, const void *b)
@@ -154,10 +154,11 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 /*
  * P3_ORDER_TAIL_FIRST: the position in forward order of the first tensor
  * needed after the largest one (the first largest, on a tie), if from there
- * on the tensors hold at most a quarter of all bytes; n if there is no
- * such tail.  tail <= rest / 3 is tail <= (tail + rest) / 4 without the
- * overflow; a sum that saturates is a tail too large, or a rest larger
- * than any tail that did not.
+ * on the tensors hold some bytes but at most a quarter of all; n if there
+ * is no such tail (moving empty tensors would only renumber prios).
+ * tail <= rest / 3 is tail <= (tail + rest) / 4 without the overflow.  A
+ * sum that saturates errs towards no tail: a saturated tail is refused,
+ * and a saturated rest is compared as UINT64_MAX.
  */
 static size_t plan_tail(const struct plan_ctx *pc, const uint32_t *order, size_t n)
 {
@@ -179,7 +180,7 @@ static size_t plan_tail(const struct plan_ctx *pc, const uint32_t *order, size_t
 		else
 			tail = add_sat(tail, pc->t[order[i]].bytes);
 	}
-	return first < n && tail != UINT64_MAX && tail <= rest / 3 ? first : n;
+	return first < n && tail && tail != UINT64_MAX && tail <= rest / 3 ? first : n;
 }
 
 static void plan_fill(const struct plan_ctx *pc, const uint32_t *order, size_t n,

@@ -154,6 +154,11 @@ static void test_tail_first(void)
 	static const struct p3_slice w4[] = { SP(0, 0, 10, 0, 0, 0), SP(1, 0, 500, 1, 1, 1) };
 	o.bands = 2;
 	ok(plan_is_prio(t4, 2, &o, w4, 2, 1), "the largest tensor last: forward order");
+	static const struct p3_tensor t4e[] = {
+		{ "a", 10, 0 }, { "big", 500, 1 }, { "e", 0, 2 }, { "f", 0, 3 },
+	};
+	static const struct p3_slice w4e[] = { SP(0, 0, 10, 0, 0, 0), SP(1, 0, 500, 0, 1, 1) };
+	ok(plan_is_prio(t4e, 4, &o, w4e, 2, 1), "only empty tensors after the largest: forward order");
 	static const struct p3_tensor t5[] = {
 		{ "big", 500, 0 }, { "bias", 10, 0 }, { "big2", 500, 1 }, { "t", 50, 2 },
 	};
@@ -301,7 +306,7 @@ static long check_tail(const struct p3_tensor *t, const struct p3_slice *f,
 {
 	uint64_t total = 0, moved = 0;
 	uint32_t back = 0, ahead = 0;
-	size_t i, first = ns;
+	size_t i, big, first = ns;
 
 	for (i = 0; i < ns; i++) {
 		if (f[i].tensor != s[i].tensor || f[i].offset != s[i].offset)
@@ -316,6 +321,12 @@ static long check_tail(const struct p3_tensor *t, const struct p3_slice *f,
 		return 0;
 	if (!first || moved * 4 > total || s[first].msg == s[first - 1].msg ||
 	    t[f[first].tensor].fwd == t[f[first - 1].tensor].fwd)
+		return -1;
+	/* ... right after the first largest tensor and those sharing its index */
+	for (i = 0, big = 0; i < ns; i++)
+		if (t[f[i].tensor].bytes > t[f[big].tensor].bytes)
+			big = i;
+	if (big >= first || t[f[big].tensor].fwd != t[f[first - 1].tensor].fwd)
 		return -1;
 	back = s[0].prio - f[0].prio;
 	ahead = f[first].prio - s[first].prio;

@@ -88,7 +88,7 @@ class _PlanOpts(ctypes.Structure):
     _fields_ = [('size', _u32), ('bands', _uint), ('slice_bytes', _u64),
                 ('merge_bytes', _u64),
                 ('alpha_s', ctypes.c_double),
-                ('beta_s_per_byte', ctypes.c_double), ('order', _u32)]
+                ('beta_s_per_byte', ctypes.c_double), ('order', _u64)]
 
 
 class _Slice(ctypes.Structure):
