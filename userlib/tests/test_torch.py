@@ -316,6 +316,7 @@ def main():
     launcher_mends_std()
     forward_order_levels()
     tail_first_layout()
+    ranks_agree_on_plan()
     levels_above_untagged()
     accuracy()
     print('1..%d' % n)
@@ -375,6 +376,43 @@ def tail_first_layout():
     refuses([(dict(order='tail'), 'order'),
              (dict(schedule='fifo', order='forward'), 'order')],
             'order')
+
+
+def plan_worker(kws, out):
+    """One rank of a job whose ranks pass different arguments (kws, a
+    JSON list: rank r's DistributedOptimizer keywords): writes what the
+    constructor raised, and how long it took."""
+    import p3.torch as p3t
+    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc here
+    rank = int(os.environ['RANK'])
+    p3t.init(timeout=10)
+    model = make_model()
+    kw = dict(dict(slice_bytes=SLICE, timeout=10), **json.loads(kws)[rank])
+    t0 = time.monotonic()
+    try:
+        p3t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                 model, **kw)
+        result = {'error': None, 'message': ''}
+    except Exception as e:
+        result = {'error': type(e).__name__, 'message': str(e)}
+    result['took'] = time.monotonic() - t0
+    with open(out, 'w') as f:
+        json.dump(result, f)
+    p3t.shutdown()
+
+
+def ranks_agree_on_plan():
+    """Ranks that would slice or order the gradients differently refuse,
+    all of them, before any gradient moves: nothing else tells them."""
+    for kws in (({}, {'order': 'forward'}), ({}, {'slice_bytes': 2 * SLICE}),
+                ({'sparsify': 'slimdp'}, {'sparsify': 'slimdp', 'keep': 0.2})):
+        res, _ = run_ranks(lambda out: [__file__, '--plan-worker',
+                                        json.dumps(kws), out])
+        got = [r and (r['error'], r['took']) for r in res]
+        ok(all(r and r['error'] == 'ValueError' and r['took'] < 10 and
+               'different exchange' in r['message'] for r in res),
+           'ranks passing %s and %s: each raises ValueError at once: %s %s'
+           % (kws[0], kws[1], got, (res[0] or {}).get('message', '')[:100]))
 
 
 def levels_above_untagged():
@@ -443,5 +481,7 @@ def launcher_mends_std():
 if __name__ == '__main__':
     if len(sys.argv) > 1 and sys.argv[1] == '--worker':
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif len(sys.argv) > 1 and sys.argv[1] == '--plan-worker':
+        plan_worker(sys.argv[2], sys.argv[3])
     else:
         sys.exit(main())

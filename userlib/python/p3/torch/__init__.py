@@ -142,6 +142,27 @@ def _agreed_levels(store, key, rank, world, free):
     return min(int(store.get('%s/%d' % (key, q))) for q in range(world))
 
 
+def _same_plan(store, key, rank, world, plan):
+    """Raise ValueError, on every rank alike, unless every rank computed
+    the same plan (a string: the layout's digest and the options the
+    exchange depends on).  The ranks never talk about the layout, so
+    ranks given different arguments (order, slice_bytes, forward_order,
+    sparsify, a different model) would otherwise exchange mismatched
+    slices without an error."""
+    store.set('%s/%d' % (key, rank), plan)
+    plans = [store.get('%s/%d' % (key, q)).decode() for q in range(world)]
+    differ = [q for q in range(world) if plans[q] != plans[0]]
+    if differ:
+        raise ValueError(
+            'p3.torch: rank%s %s planned a different exchange from rank 0 '
+            '(%s against %s): every rank must pass the same model and the '
+            'same DistributedOptimizer arguments (schedule, bands, '
+            'slice_bytes, order, forward_order, sparsify, keep, explore, '
+            'reliable_fraction)' % ('s' if len(differ) > 1 else '',
+                                    ', '.join(map(str, differ)),
+                                    plans[differ[0]], plans[0]))
+
+
 def _warn_if_no_qdisc(found, tolerant=None):
     """Say once when no interface has a p3 qdisc (found is
     _local_p3_qdisc()'s answer): order then comes from
@@ -302,6 +323,11 @@ class DistributedOptimizer:
                               nbands, slice_bytes,
                               fwd=_forward_ranks(self._params, forward_order),
                               order=order or ORDER)
+        _same_plan(st['store'], 'p3t/plan%d' % seq, st['rank'], st['size'],
+                   # What both ends of a push size it by: the layout,
+                   # Slim-DP's fractions, the reliable part's fraction.
+                   repr((self._layout.digest(), sparsify, keep, explore,
+                         lossy and lossy[2])))
         sparse = SlimDP(self._layout, np_dtypes(self._params), keep, explore,
                         residual) if sparsify else None
         model_bytes = sum(sizes)

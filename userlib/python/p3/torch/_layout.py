@@ -2,11 +2,13 @@
 """Who sends what: every gradient cut into slices, slices grouped into
 messages, and every message owned (summed) by one rank.
 
-Every rank builds the same layout from the same tensor sizes, so they
-agree without talking.  Wire ids: slice s travels to its owner as tensor
+Every rank builds the same layout from the same tensor sizes and
+arguments; the ranks compare digest()s once (p3.torch._same_plan) to
+be sure they did.  Wire ids: slice s travels to its owner as tensor
 id s (a push) and back to every rank as id NS + s (a pull).
 """
 import collections
+import hashlib
 
 import p3
 
@@ -73,6 +75,13 @@ class Layout:
             owner[m] = r
             load[r] += sum(self.slices[i].length for i in sl)
         return owner
+
+    def digest(self):
+        """A short hash of who sends what: equal on two ranks exactly when
+        their layouts are."""
+        owners = [self.owner[m] for m in self.msgs]
+        text = repr((self.schedule, self.world, self.slices, owners))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def owned(self, rank):
         return [m for m in self.msgs if self.owner[m] == rank]
