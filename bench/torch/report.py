@@ -24,11 +24,12 @@ import argparse
 import json
 import statistics
 
-MODES = ('fifo', 'p3user', 'p3kernel')
+MODES = ('fifo', 'p3user', 'p3kforward', 'p3kernel')
 NEW = ('p3kernel', 'p3dlcp', 'slimdp')
 PRESSURES = ('none', 'burst', 'loss')
 LABEL = {'fifo': 'fifo (WFBP)', 'p3user': 'p3, user space only',
          'p3kernel': 'p3 + sch_p3', 'compute': 'compute alone',
+         'p3kforward': "p3 + sch_p3, P3's order",
          'p3dlcp': 'p3 + sch_p3, bounded loss', 'slimdp': 'p3 + sch_p3, Slim-DP'}
 
 
@@ -71,9 +72,11 @@ def rate_text(r):
 def table(runs):
     any_run = shaped_run(runs)
     lines = ['%d ranks x batch %d, VGG-shaped model of %.1f MB (%.0f%% in '
-             'convolutions), %s links' % (
+             'convolutions%s), %s links' % (
                  2, any_run['batch'], any_run['bytes'] / 1e6,
-                 100 * any_run['conv_share'], rate_text(any_run)), '',
+                 100 * any_run['conv_share'],
+                 ', fc7 %d wide' % any_run['fc7'] if 'fc7' in any_run else '',
+                 rate_text(any_run)), '',
              '| mode | upload | step, mean (s) | median (s) | range (s) | '
              'speedup over fifo | forward overlapped | upload moved (MB) |',
              '|---|---|---:|---:|---|---:|---:|---:|']
@@ -94,11 +97,15 @@ def table(runs):
                 '%.0f' % (r['bulk_bytes'] / 1e6) if bulk else ''))
     for bulk in (0, 1):
         k = runs.get(('p3kernel', bulk, 'none'))
-        u = runs.get(('p3user', bulk, 'none'))
-        if k and u:
-            lines.append('\np3 + sch_p3 against p3 in user space only, %s upload: '
-                         '%.2fx (means)' % ('with' if bulk else 'without',
-                                            mean(u['steps']) / mean(k['steps'])))
+        for other, what in (('p3user', 'p3 in user space only'),
+                            ('p3kforward', "P3's order")):
+            o = runs.get((other, bulk, 'none'))
+            if k and o:
+                lines.append('\np3 + sch_p3 (order %s) against %s, %s upload: '
+                             '%.3fx (means)' % (
+                                 k.get('order') or 'forward', what,
+                                 'with' if bulk else 'without',
+                                 mean(o['steps']) / mean(k['steps'])))
     return '\n'.join(lines)
 
 
@@ -248,9 +255,10 @@ def plot_pressure(runs, png):
 def plot(runs, png):
     fig, ax = new_figure((7, 3.6))
     width = 0.38
+    modes = [m for m in MODES if (m, 0, 'none') in runs or (m, 1, 'none') in runs]
     for j, bulk in enumerate((0, 1)):
         xs, ys, errs = [], [], []
-        for i, m in enumerate(MODES):
+        for i, m in enumerate(modes):
             r = runs.get((m, bulk, 'none'))
             if not r:
                 continue
@@ -263,8 +271,8 @@ def plot(runs, png):
     if ('compute', 0, 'none') in runs:
         ax.axhline(mean(runs[('compute', 0, 'none')]['steps']), ls='--', c='grey',
                    label='compute alone')
-    ax.set_xticks(range(len(MODES)))
-    ax.set_xticklabels([LABEL[m] for m in MODES])
+    ax.set_xticks(range(len(modes)))
+    ax.set_xticklabels([LABEL[m] for m in modes])
     ax.set_ylabel('step time (s), mean; bars: min-max')
     ax.set_title('Real PyTorch training, 2 ranks, VGG-shaped model (TCG VM)')
     save(fig, ax, png)

@@ -9,6 +9,9 @@ each rank for its own host):
   p3user    schedule 'p3', the same tbf + pfifo: order from libp3 only
   p3kernel  schedule 'p3', the p3 qdisc (8 bands, dscp) pacing at the rate;
             p3.torch keeps its levels (7) above the default band
+  p3kforward  p3kernel with order='forward': P3's order throughout, where
+            p3kernel takes p3.torch's default (tail-first; it differs
+            only with --fc7 small enough, e.g. 256: model.VGG_TAIL_FC7)
   p3dlcp    p3kernel with bounded-loss pushes (loss_tolerance, deadline):
             level l rides band 2 l, its datagrams band 2 l + 1, so the
             qdisc has 16 bands, p3.torch takes 7 levels (bands 0..13) and
@@ -58,14 +61,14 @@ sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 
 import p3  # noqa: E402
 import p3.torch as p3t  # noqa: E402
-from model import VGGSmall, describe  # noqa: E402
+from model import FC, VGG_TAIL_FC7, VGGSmall, describe  # noqa: E402
 from pressure import Bulk, Bursts, sink  # noqa: E402
 from sampler import Sampler  # noqa: E402
 import rtotrace  # noqa: E402
 from tcpdiag import rto_totals  # noqa: E402
 
 QLIMIT = 1000
-P3_QDISC = ('p3kernel', 'p3dlcp', 'slimdp')
+P3_QDISC = ('p3kernel', 'p3kforward', 'p3dlcp', 'slimdp')
 PROFILED = ('MainThread', 'p3.torch reducer', 'p3.torch pusher')
 PROFILE_TOP = 25    # the places kept per thread
 BANDS = 8           # p3kernel's qdisc; p3dlcp's datagrams need as many more
@@ -339,6 +342,8 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
                          deadline=args.deadline)
         elif mode == 'slimdp':
             extra = dict(sparsify='slimdp')
+        elif mode == 'p3kforward':
+            extra = dict(order='forward')
         opt = p3t.DistributedOptimizer(
             opt, model, schedule='fifo' if mode == 'fifo' else 'p3',
             bands=args.bands, timeout=120, **extra)
@@ -431,7 +436,9 @@ def run_mode(mode, bulk, pressure, args, model, x, y, peer):
     dist.barrier()
     return {'mode': mode, 'bulk': bulk, 'pressure': pressure,
             'spare_band': args.spare_band, 'ack_band': args.ack_band,
-            'levels': levels,
+            'levels': levels, 'fc7': args.fc7,
+            'order': ('forward' if mode == 'p3kforward' else
+                      None if mode in ('fifo', 'compute') else p3t.ORDER),
             'mbit': args.mbit, 'batch': args.batch,
             'steps': steps, 'fwd_overlap': overlap, 'bulk_bytes': bulk_bytes,
             # Each timed step's backward pass, its gradient hooks included.
@@ -495,6 +502,10 @@ def main():
                     'steps, measured first in this boot (--modes must start '
                     'with compute)')
     ap.add_argument('--batch', type=int, default=16)
+    ap.add_argument('--fc7', type=int, default=FC,
+                    help="fc7's width (default %d, as wide as fc6; %d gives "
+                    "VGG-19's light tail, which p3.torch's default order "
+                    "sends first)" % (FC, VGG_TAIL_FC7))
     ap.add_argument('--iters', type=int, default=8)
     ap.add_argument('--warmup', type=int, default=2)
     ap.add_argument('--peer', required=True, help="the other rank's address")
@@ -532,7 +543,7 @@ def main():
     p3t.init(timeout=120)
     sink()
     torch.manual_seed(p3t.rank())
-    model = VGGSmall()
+    model = VGGSmall(args.fc7)
     p3t.broadcast_parameters(model.state_dict())
     g = torch.Generator().manual_seed(7 + p3t.rank())
     x = torch.randn(args.batch, 3, 32, 32, generator=g)
