@@ -202,20 +202,29 @@ def test_reorder_control(chk):
 
 
 def test_overflow(chk):
-    # The limit leaves room for a stall of the (emulated) link: the urgent
-    # and mid bands alone must never fill it.
-    p3_root("rate 5mbit limit 200")
+    # A quarter of RATE (5mbit on the stock kernels), every sender's rate
+    # and count scaled alike: the flood must outrun the link in datagrams
+    # a second, and a slower kernel's guest (--rate) sends fewer of them
+    # (the debug kernel once managed ~180 a second in all, below 5mbit's
+    # 625, and nothing queued).  The limit leaves room for a stall of the
+    # (emulated) link: the urgent and mid bands alone must never fill it.
+    scale = parse_rate(RATE) / parse_rate("20mbit")
+    n = {g: round(count * scale) for g, count in
+         (("10", 1000), ("12", 500), ("11", 15000))}
+    pps = {g: str(round(rate * scale)) for g, rate in
+           (("10", 200), ("12", 100), ("11", 2500))}
+    p3_root(f"rate {round(5e6 * scale)}bit limit 200")
     before = class_stats()
     sink = Sink()
-    flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", "15000",
-                 "--pps", "2500", "--size", "1000", "--tags", BULK,
+    flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", str(n["11"]),
+                 "--pps", pps["11"], "--size", "1000", "--tags", BULK,
                  "--sndbuf", str(8 << 20),
                  "--group", "11"], wait=False)
-    mid = p3t(["udp", RADDR, "--port", str(PORT), "--count", "500",
-               "--pps", "100", "--size", "1000", "--tags", "prio:4",
+    mid = p3t(["udp", RADDR, "--port", str(PORT), "--count", str(n["12"]),
+               "--pps", pps["12"], "--size", "1000", "--tags", "prio:4",
                "--group", "12"], wait=False)
-    p3t(["udp", RADDR, "--port", str(PORT), "--count", "1000", "--pps",
-         "200", "--size", "1000", "--tags", URGENT, "--group", "10"])
+    p3t(["udp", RADDR, "--port", str(PORT), "--count", str(n["10"]), "--pps",
+         pps["10"], "--size", "1000", "--tags", URGENT, "--group", "10"])
     mid.wait(timeout=60)
     flood.wait(timeout=120)
     time.sleep(1)
@@ -225,14 +234,14 @@ def test_overflow(chk):
     xs = qdisc_json()["xstats"]
     drops = {b: v["drops"] for b, v in d.items() if v["drops"]}
     got = {g: rep.get(g, {}).get("received", 0) for g in ("10", "12", "11")}
-    chk.note(f"drops per band {drops}; xstats drops_limit "
-             f"{xs.get('drops_limit')}; received urgent {got['10']}/1000, "
-             f"mid {got['12']}/500, flood {got['11']}/15000; receiver "
-             f"drops {report['receive_drops']}")
+    chk.note(f"link {round(5e6 * scale)} bit/s; drops per band {drops}; "
+             f"xstats drops_limit {xs.get('drops_limit')}; received urgent "
+             f"{got['10']}/{n['10']}, mid {got['12']}/{n['12']}, flood "
+             f"{got['11']}/{n['11']}; receiver drops {report['receive_drops']}")
     chk.expect(d[7]["drops"] > 0, "the least urgent band dropped nothing")
     chk.expect(all(v["drops"] == 0 for b, v in d.items() if b != 7),
                "a more urgent band dropped")
-    chk.expect(got["10"] == 1000 and got["12"] == 500,
+    chk.expect(got["10"] == n["10"] and got["12"] == n["12"],
                "urgent or mid datagrams lost")
     chk.expect(xs.get("drops_limit") == d[7]["drops"],
                "xstats drops_limit disagrees with the band drops")
