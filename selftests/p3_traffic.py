@@ -213,7 +213,8 @@ def test_overflow(chk):
          (("10", 1000), ("12", 500), ("11", 15000))}
     pps = {g: str(round(rate * scale)) for g, rate in
            (("10", 200), ("12", 100), ("11", 2500))}
-    p3_root(f"rate {round(5e6 * scale)}bit limit 200")
+    link = round(5e6 * scale)
+    p3_root(f"rate {link}bit limit 200")
     before = class_stats()
     sink = Sink()
     flood = p3t(["udp", RADDR, "--port", str(PORT), "--count", str(n["11"]),
@@ -234,7 +235,7 @@ def test_overflow(chk):
     xs = qdisc_json()["xstats"]
     drops = {b: v["drops"] for b, v in d.items() if v["drops"]}
     got = {g: rep.get(g, {}).get("received", 0) for g in ("10", "12", "11")}
-    chk.note(f"link {round(5e6 * scale)} bit/s; drops per band {drops}; "
+    chk.note(f"link {link} bit/s; drops per band {drops}; "
              f"xstats drops_limit {xs.get('drops_limit')}; received urgent "
              f"{got['10']}/{n['10']}, mid {got['12']}/{n['12']}, flood "
              f"{got['11']}/{n['11']}; receiver drops {report['receive_drops']}")

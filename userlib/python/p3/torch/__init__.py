@@ -135,11 +135,17 @@ def _free_levels(found, lossy=False):
     return min(DEFAULT_LEVELS, default // STRIDE if lossy else default) or 1
 
 
+def _gathered(store, key, rank, world, value):
+    """Every rank's value (a string) under key, in rank order, this
+    rank's included (store.get is bounded by the store's timeout)."""
+    store.set('%s/%d' % (key, rank), value)
+    return [store.get('%s/%d' % (key, q)).decode() for q in range(world)]
+
+
 def _agreed_levels(store, key, rank, world, free):
     """Every rank plans the same layout, so all take the fewest levels any
-    rank's host leaves free (store.get is bounded by the store's timeout)."""
-    store.set('%s/%d' % (key, rank), str(free))
-    return min(int(store.get('%s/%d' % (key, q))) for q in range(world))
+    rank's host leaves free."""
+    return min(map(int, _gathered(store, key, rank, world, str(free))))
 
 
 def _same_plan(store, key, rank, world, plan):
@@ -149,8 +155,7 @@ def _same_plan(store, key, rank, world, plan):
     ranks given different arguments (order, slice_bytes, forward_order,
     sparsify, a different model) would otherwise exchange mismatched
     slices without an error."""
-    store.set('%s/%d' % (key, rank), plan)
-    plans = [store.get('%s/%d' % (key, q)).decode() for q in range(world)]
+    plans = _gathered(store, key, rank, world, plan)
     differ = [q for q in range(world) if plans[q] != plans[0]]
     if differ:
         raise ValueError(
