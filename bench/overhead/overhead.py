@@ -52,8 +52,8 @@ sys.path.insert(0, os.path.join(REPO, "selftests"))
 sys.path.insert(0, os.path.join(REPO, "bench", "preempt"))
 
 import p3lib  # noqa: E402
-from nsutil import (Qstats, dev_counters, provenance, run,  # noqa: E402
-                    tc_batch)
+from nsutil import (Qstats, dev_counters, log, provenance,  # noqa: E402
+                    run, save_results, tc_batch)
 from p3lib import RADDR, RCV, RDEV, SDEV, SND  # noqa: E402
 
 FLOOD = os.path.join(REPO, "build", "bench", "overhead", "udpflood")
@@ -74,10 +74,6 @@ QDISCS = {
 # A prio root that sends every priority to its band 0 (class 1:1).
 PRIO_ROOT = "prio bands 2 priomap " + " ".join(["0"] * 16)
 DPORT = 9000
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def install(spec, under):
@@ -187,20 +183,14 @@ def main():
            "quick": cfg.quick, "icount": cfg.icount, "under": cfg.under,
            "size": cfg.size, "burst": cfg.burst,
            "seconds": cfg.seconds, "reps": cfg.reps, "flows": flows,
-           "qdiscs": qdiscs, "runs": runs, **provenance(),
-           "kernel_problems": klog.new_problems(),
-           "vm_seconds": time.monotonic() - t_begin}
+           "qdiscs": qdiscs, "runs": runs, **provenance()}
     for nflows in flows:
         for spec in qdiscs:
             v = [r["qdisc_pps"] or r["send_pps"] for r in runs
                  if r["qdisc"] == spec and r["flows"] == nflows]
             log(f"{nflows} flows, {spec}: median "
                 f"{statistics.median(v) / 1e3:.1f} kpps")
-    path = os.path.join(cfg.out, "results.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
-    log(f"wrote {path} ({res['vm_seconds']:.0f} s)")
-    return 1 if res["kernel_problems"] else 0
+    return save_results(cfg.out, res, klog, t_begin)
 
 
 if __name__ == "__main__":

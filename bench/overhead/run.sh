@@ -42,19 +42,4 @@ while [ $# -gt 0 ]; do
 done
 cd "$REPO"
 . bench/preempt/quiet.sh
-bench_build "$kernel"
-mkdir -p "$OUT"
-bench_lock
-/usr/bin/python3 bench/preempt/hostmon.py "$OUT/hostmon.json" &
-mon=$!
-rc=0
-P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" "${vm[@]}" --timeout 1200 -- \
-	/usr/bin/python3 bench/overhead/overhead.py --out "$OUT" "${args[@]}" || rc=$?
-kill $mon
-wait $mon || true
-bench_unlock
-[ $rc -eq 0 ] || echo "run.sh: the benchmark exited $rc" >&2
-[ -f "$OUT/results.json" ] || exit $rc
-/usr/bin/python3 bench/overhead/report.py "$OUT" >/dev/null
-echo "run.sh: report in $OUT/results.md" >&2
-exit $rc
+bench_run overhead "$kernel" "$OUT" 1200 "${vm[@]}" -- "${args[@]}"

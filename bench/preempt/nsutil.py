@@ -9,10 +9,12 @@ remount: a `p3lib.tc()` call costs about a second.  So:
   - run() execs a program in a netns with no `ip` and no shell, and
     tc_batch() sends several tc commands through one `tc -batch`;
   - Qstats reads qdisc counters over rtnetlink, and netstat() and
-    dev_counters() read /proc in a netns, with no exec at all.
+    dev_counters() read /proc in a netns, with no exec at all;
+  - log() and save_results() report progress and write the results.
 """
 import ctypes
 import hashlib
+import json
 import os
 import platform
 import socket
@@ -20,6 +22,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))), "selftests"))
@@ -164,3 +167,21 @@ class Qstats:
                 if handle >> 16 == self.child_major:
                     res["child"] = st
         return res
+
+
+def log(msg):
+    """Progress, timestamped, on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def save_results(out, res, klog, t_begin):
+    """Writes @res to OUT/results.json with what the kernel logged since
+    @klog began (a p3lib.KernelLog) and the seconds since @t_begin; the
+    exit status: 1 if the kernel logged a problem."""
+    res["kernel_problems"] = klog.new_problems()
+    res["vm_seconds"] = time.monotonic() - t_begin
+    path = os.path.join(out, "results.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    log(f"wrote {path} ({res['vm_seconds']:.0f} s)")
+    return 1 if res["kernel_problems"] else 0

@@ -55,8 +55,8 @@ sys.path.insert(0, HERE)
 
 import p3lib  # noqa: E402
 import p3t    # noqa: E402
-from nsutil import (InNetns, Qstats, netstat, provenance,  # noqa: E402
-                    run, setns, tc_batch)
+from nsutil import (InNetns, Qstats, log, netstat,  # noqa: E402
+                    provenance, run, save_results, setns, tc_batch)
 from p3lib import PORT, RADDR, RCV, SDEV, SND  # noqa: E402
 
 UPORT = PORT + 1        # the urgent server; bulk and UDP go to the sink
@@ -65,10 +65,6 @@ TCP_INFO_FMT = struct.Struct("=8B24I4Q6IQ3Q2I2Q2I")
 # TCP with timestamps 32.  MSS is 1448 on a 1500-byte MTU.
 HDR_BYTES, MSS = 66, 1448
 TBF_BURST = 70000       # one 64 KB GSO packet (68,130 wire bytes) fits
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def tcp_info(sock):
@@ -712,13 +708,7 @@ def main():
         s["udp"] = rep["udp"].get(str(128 + s["group"]),
                                   {"received": 0, "reordered": 0})
         s["udp"]["sent"] = cfg.udp_count
-    res["kernel_problems"] = klog.new_problems()
-    res["vm_seconds"] = time.monotonic() - t_begin
-    path = os.path.join(cfg.out, "results.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1)
-    log(f"wrote {path} ({res['vm_seconds']:.0f} s)")
-    return 1 if res["kernel_problems"] else 0
+    return save_results(cfg.out, res, klog, t_begin)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
+# shellcheck shell=bash
 # Sourced by the benchmark run.sh scripts.  Timings taken while another
 # TCG guest (or a compiler) shares the 2-core host mean nothing, so
 # bench_lock takes vm-run's one-guest-at-a-time lock for the whole run,
@@ -47,4 +48,33 @@ bench_lock() {
 
 bench_unlock() {
 	exec 9>&-
+}
+
+# bench_run NAME KERNEL OUT TIMEOUT [vm-run options] -- [NAME.py options]:
+# bench/NAME/NAME.py in one guest of KERNEL, alone on the host and with
+# the host's load recorded (OUT/hostmon.json), then bench/NAME/report.py
+# on what it wrote.  Returns the benchmark's exit status.
+bench_run() {
+	local name=$1 kernel=$2 out=$3 timeout=$4 vm=() rc=0 mon
+	shift 4
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		vm+=("$1")
+		shift
+	done
+	[ $# -gt 0 ] && shift
+	bench_build "$kernel"
+	mkdir -p "$out"
+	bench_lock
+	/usr/bin/python3 bench/preempt/hostmon.py "$out/hostmon.json" &
+	mon=$!
+	P3_VM_PARALLEL=1 selftests/vm-run --kernel "$kernel" "${vm[@]}" --timeout "$timeout" -- \
+		/usr/bin/python3 "bench/$name/$name.py" --out "$out" "$@" || rc=$?
+	kill $mon
+	wait $mon || true
+	bench_unlock
+	[ $rc -eq 0 ] || echo "run.sh: the benchmark exited $rc" >&2
+	[ -f "$out/results.json" ] || return $rc
+	/usr/bin/python3 "bench/$name/report.py" "$out" >/dev/null
+	echo "run.sh: report in $out/results.md" >&2
+	return $rc
 }

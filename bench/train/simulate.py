@@ -29,6 +29,10 @@ that take turns do so a packet each, in the order they became ready:
             over one socket per peer;
   p3kernel  the most urgent band (level) first, its sockets taking turns,
             each in libp3's order: sch_p3 over a socket per band;
+  p3shared  as p3kernel, but a band's sockets share one budget of bytes
+            written ahead, and the band's most urgent message, whatever
+            its peer, is written next: what one libp3 engine for all of a
+            host's channels could do (a design tried in the model only);
   global    the most urgent message on the link first, whatever its peer,
             preempted between any two packets, nothing written ahead:
             strict priority across the whole link (not a bound: it can
@@ -80,10 +84,12 @@ def commit_of(lowat):
 
 
 COMMIT = commit_of(jobmod.NOTSENT_LOWAT)
-POLICIES = ("fifo", "p3user", "p3kernel", "global")
+POLICIES = ("fifo", "p3user", "p3kernel", "p3shared", "global")
+BANDED = ("p3kernel", "p3shared")
 # Each mode's plan (keys, sharding, levels) and link policy.
 MODES = {"fifo": ("fifo", "fifo"), "slice": ("slice", "fifo"),
          "p3user": ("p3user", "p3user"), "p3kernel": ("p3kernel", "p3kernel"),
+         "p3shared": ("p3kernel", "p3shared"),
          "global": ("p3kernel", "global")}
 
 # A host's role, as emulate.py's traces name it, by its links' key.
@@ -178,6 +184,10 @@ class Link:
         self.commit = max(packet, commit or 0)
         self.sockets = {}               # (level, peer) -> Socket, Upload
         self.turns = collections.defaultdict(collections.deque)  # by level
+        # policy p3shared: each band's messages not yet written, a heap,
+        # and its sockets
+        self.unwritten = collections.defaultdict(list)
+        self.band = collections.defaultdict(list)
         self.strict = []                # policy global: one heap of all
         self.uploads = 0                # and its uploads, below it
         self.left = {}                  # its messages' bytes not sent
@@ -194,14 +204,45 @@ class Link:
             heapq.heappush(self.strict, msg)
             self.left[msg] = nbytes
             return
+        if self.policy == "p3shared":
+            heapq.heappush(self.unwritten[msg.key.level], (msg, nbytes))
+            self._write_band(msg.key.level)
+            return
         level = msg.key.level if self.policy == "p3kernel" else 0
-        sock = self.sockets.get((level, msg.peer))
-        if sock is None:
-            sock = self.sockets[(level, msg.peer)] = \
-                Socket(self.policy != "fifo")
+        sock = self._socket(level, msg.peer)
         sock.add(msg, nbytes)
         sock.fill(self.commit)          # libp3 writes at once if it can
         self._join(level, sock)
+
+    def _socket(self, level, peer):
+        sock = self.sockets.get((level, peer))
+        if sock is None:
+            sock = self.sockets[(level, peer)] = Socket(self.policy != "fifo")
+            self.band[level].append(sock)
+        return sock
+
+    def _write_band(self, level):
+        """p3shared: writes @level's messages, most urgent first, each
+        whole before the next begins, while the band's sockets hold
+        fewer than `commit` bytes unsent between them."""
+        socks, heap = self.band[level], self.unwritten[level]
+        # at most one of them is part-way through a message
+        sock = next((sk for sk in socks if sk.cur is not None), None)
+        while True:
+            room = self.commit - sum(sk.unsent for sk in socks)
+            if room <= 0:
+                return
+            if sock is None:
+                if not heap:
+                    return
+                msg, nbytes = heapq.heappop(heap)
+                sock = self._socket(level, msg.peer)
+                sock.add(msg, nbytes)
+            sock.fill(sock.unsent + room)
+            self._join(level, sock)
+            if sock.cur is not None:
+                return
+            sock = None
 
     def _join(self, level, sock):
         """A socket with bytes written joins the turns at the back."""
@@ -215,7 +256,7 @@ class Link:
         if self.policy == "global":
             self.uploads += 1
             return
-        level = level if self.policy == "p3kernel" else 0
+        level = level if self.policy in BANDED else 0
         up = self.sockets[(level, peer)] = Upload()
         self.turns[level].append(up)
 
@@ -227,14 +268,18 @@ class Link:
         levels = [lv for lv, q in self.turns.items() if q]
         if not levels:
             return None
-        turns = self.turns[min(levels)]
+        level = min(levels)
+        turns = self.turns[level]
         sock = turns.popleft()
         pkt = sock.take(self.packet)
-        sock.fill(self.commit)          # libp3's engine, as it drains
+        if self.policy != "p3shared":
+            sock.fill(self.commit)      # libp3's engine, as it drains
         if sock.unsent:
             turns.append(sock)
         else:
             sock.in_turns = False
+        if self.policy == "p3shared":
+            self._write_band(level)
         return pkt
 
     def _next_global(self):

@@ -329,6 +329,8 @@ def simulate_checks(t, profiles):
                        (10, 1, 6)],
             "p3kernel": [(2, 0, 2), (4, 1, 1), (8, 1, 6), (9, 0, 5),
                          (10, 0, 7)],
+            "p3shared": [(3, 1, 1), (4, 0, 2), (7, 0, 5), (9, 1, 6),
+                         (10, 0, 7)],
             "global": [(3, 1, 1), (4, 0, 2), (7, 0, 5), (9, 1, 6),
                        (10, 0, 7)]}
     t.ok(got == want, "simulate.Link: the order messages leave in, per "
@@ -336,6 +338,14 @@ def simulate_checks(t, profiles):
     got = order("p3user", [(2, 0, 1, 20), (0, 0, 2, 20)])
     t.ok(got == [(3, 2, 1), (4, 0, 2)],
          f"simulate.Link: the socket ready first goes first: {got}")
+    # p3shared: a band's sockets share one budget of bytes written ahead,
+    # so a second peer's message starts only as the first one drains,
+    # and the first ends a packet sooner than on sockets of their own.
+    sends = [(0, 0, 1, 20), (1, 0, 2, 20)]
+    got = {pol: order(pol, sends, 20) for pol in ("p3shared", "p3kernel")}
+    t.ok(got == {"p3shared": [(2, 0, 1), (4, 1, 2)],
+                 "p3kernel": [(3, 0, 1), (4, 1, 2)]},
+         f"simulate.Link: a band's sockets, one budget or one each: {got}")
     # Bytes written ahead of the link: a more urgent message queued after
     # them waits for them, but overtakes what was not yet written.
     sends = [(0, 0, 5, 10), (0, 0, 6, 20), (0, 0, 1, 10)]

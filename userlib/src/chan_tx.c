@@ -532,20 +532,27 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 	return err;
 }
 
+/* tx_queue() under the channel's lock, for the public entry points. */
+static int tx_queue_locked(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint64_t iter,
+			   int timeout_ms)
+{
+	int err = chan_enter(c);
+
+	if (err)
+		return err;
+	err = tx_queue(c, spec, nspec, iter, timeout_ms);
+	chan_unlock(c);
+	return err;
+}
+
 P3_EXPORT int p3_chan_send_msg(struct p3_chan *c, unsigned int level, uint32_t prio,
 			       uint64_t iter, const struct p3_send *s, size_t n, int timeout_ms)
 {
 	struct tx_spec spec = { .level = level, .prio = prio, .s = s, .n = n };
-	int err;
 
 	if (!c || c->role != P3_ROLE_TX || !s || !n)
 		return -EINVAL;
-	err = chan_enter(c);
-	if (err)
-		return err;
-	err = tx_queue(c, &spec, 1, iter, timeout_ms);
-	chan_unlock(c);
-	return err;
+	return tx_queue_locked(c, &spec, 1, iter, timeout_ms);
 }
 
 P3_EXPORT int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
@@ -563,16 +570,10 @@ P3_EXPORT int p3_chan_send_ref(struct p3_chan *c, unsigned int level, uint32_t p
 {
 	struct p3_send s = { .tensor = tensor, .offset = offset, .data = data, .length = length };
 	struct tx_spec spec = { .level = level, .prio = prio, .s = &s, .n = 1, .ref = 1 };
-	int err;
 
 	if (!c || c->role != P3_ROLE_TX || !data || !length)
 		return -EINVAL;
-	err = chan_enter(c);
-	if (err)
-		return err;
-	err = tx_queue(c, &spec, 1, iter, timeout_ms);
-	chan_unlock(c);
-	return err;
+	return tx_queue_locked(c, &spec, 1, iter, timeout_ms);
 }
 
 /* A plan as messages: adjacent slices sharing a msg id are one message,
@@ -628,15 +629,10 @@ P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s
 	spec = malloc(n * sizeof(*spec));
 	err = v && spec ? 0 : -ENOMEM;
 	nspec = err ? err : plan_specs(s, n, bufs, nbufs, v, spec);
-	if (nspec < 0) {
+	if (nspec >= 0)
+		err = tx_queue_locked(c, spec, (size_t)nspec, iter, timeout_ms);
+	else
 		err = (int)nspec;
-	} else {
-		err = chan_enter(c);
-		if (!err) {
-			err = tx_queue(c, spec, (size_t)nspec, iter, timeout_ms);
-			chan_unlock(c);
-		}
-	}
 	free(v);
 	free(spec);
 	return err;

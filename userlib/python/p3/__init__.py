@@ -562,17 +562,8 @@ class Channel:
     def wait_sent(self, timeout: Timeout = None) -> list:
         """Write until every copy=False buffer is released; returns their
         completions (bytes 0: not sent, its band failed)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        done = []
-        while self.sending:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done += self.poll(0.5 if left is None else min(left, 0.5))
-            if self.sending and deadline is not None and time.monotonic() >= deadline:
-                err = _error(_errno.ETIMEDOUT, 'wait_sent (%d buffers held)'
-                             % self.sending)
-                err.completions = done
-                raise err
-        return done
+        return self._poll_while(lambda: self.sending,
+                                'wait_sent (%d buffers held)', timeout)
 
     def send_plan(self, slices: Iterable[Slice],
                   arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]],
@@ -670,14 +661,20 @@ class Channel:
         It polls at least once (timeout=0 takes what is ready).  On
         timeout, the completions it did take are on the error's
         .completions, so none is lost."""
+        return self._poll_while(lambda: self.pending,
+                                'wait (%d tensors pending)', timeout)
+
+    def _poll_while(self, left_count, what, timeout):
+        """Poll while left_count() is nonzero, for at most @timeout s; the
+        completions.  On timeout they are on the error's .completions
+        (@what, with the count left, is its message), so none is lost."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done = []
-        while self.pending:
+        while left_count():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             done += self.poll(0.5 if left is None else min(left, 0.5))
-            if self.pending and deadline is not None and time.monotonic() >= deadline:
-                err = _error(_errno.ETIMEDOUT, 'wait (%d tensors pending)'
-                             % self.pending)
+            if left_count() and deadline is not None and time.monotonic() >= deadline:
+                err = _error(_errno.ETIMEDOUT, what % left_count())
                 err.completions = done
                 raise err
         return done
