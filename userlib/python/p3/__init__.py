@@ -469,7 +469,24 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
 
 # ---------------------------------------------------------------- channel
 
-class Channel:
+class _Closing:
+    """An object with close(): a with-block closes it, and so does the
+    garbage collector, quietly, if nothing did."""
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Channel(_Closing):
     """One end of a multi-band channel (Channel.connect or Listener.accept).
 
     Every method may be called from any thread.  close() from one thread
@@ -726,20 +743,8 @@ class Channel:
         with self._mu:
             self._sent_refs.clear()     # closed: nothing reads them now
 
-    def __enter__(self) -> Any:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Listener:
+class Listener(_Closing):
     """Accepts channels: every band of a sender connects and says hello."""
 
     def __init__(self, host: Optional[str] = '127.0.0.1',
@@ -777,18 +782,6 @@ class Listener:
         if self._h:
             _listener_close(self._h)
             self._h = None
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # ------------------------------------------------------------------ qdisc

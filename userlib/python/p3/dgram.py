@@ -18,8 +18,8 @@ Each object belongs to one thread at a time.
 import collections
 import ctypes
 
-from . import (_Buf, _P, _check, _cp, _int, _method, _ms, _proto, _size, _u32,
-               _u64, _uint, _vp)
+from . import (_Buf, _Closing, _P, _check, _cp, _int, _method, _ms, _proto,
+               _size, _u32, _u64, _uint, _vp)
 
 __all__ = ['Sender', 'Receiver', 'Completion', 'DEFAULT_CHUNK']
 
@@ -78,7 +78,7 @@ def _opts(bands, method, chunk, buf_bytes, early_bytes):
     return o
 
 
-class _Endpoint:
+class _Endpoint(_Closing):
     def __init__(self):
         self._h = None
 
@@ -97,15 +97,6 @@ class _Endpoint:
         if self._h:
             _close(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 class Sender(_Endpoint):
