@@ -44,7 +44,7 @@ import threading
 import time
 
 from p3lib import (PORT, RADDR, RCV, SDEV, SND, Check, Sink, Tap, p3t,
-                   router, sh, tc, teardown, topology)
+                   router, sh, stop_procs, tc, teardown, topology)
 from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
                        kmemleak_p3, kmemleak_scan, kmemleak_available, Rtnl)
 
@@ -428,13 +428,7 @@ def main():
                        "\n".join(chk.notes + chk.failures))
     finally:
         probe.close()
-        for p in flows:
-            p.terminate()
-        for p in flows:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(flows)
         sink.stop()
         nl.close()
         teardown()

@@ -41,12 +41,11 @@ import random
 import re
 import socket
 import struct
-import subprocess
 import sys
 import time
 
 from p3lib import (PORT, RADDR, SDEV, SND, Sink, Tap, p3t, parse_rate, sh,
-                   tc, tcp_rate, tcp_span, teardown, topology)
+                   stop_procs, tc, tcp_rate, tcp_span, teardown, topology)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -1083,13 +1082,7 @@ def main():
             total.no_msg_p3.update(ph.no_msg_p3)
             total.messages.update(ph.messages)
     finally:
-        for p in flows:
-            p.terminate()
-        for p in flows:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_procs(flows)
         rep = sink.stop() if sink else None
         nl.close()
         teardown()

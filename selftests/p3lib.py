@@ -222,6 +222,18 @@ def no_ipv6():
     sh(f"sysctl -qw net.ipv6.conf.{SDEV}.disable_ipv6=1", ns=SND)
 
 
+def stop_procs(procs, timeout=30):
+    """Asks every process of @procs to end, then waits up to @timeout s
+    for each and kills any still running."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def teardown():
     sh("pkill -f p3t.py", check=False)
     for ns in (SND, RCV, "p3rtr"):

@@ -493,25 +493,33 @@ def accept_peers(lst, n, base):
     return chans
 
 
+def meet_peers(ctl, j, cfg, ips, chan_id, accept_base):
+    """A host's channels to and from every peer at @ips, once the
+    controller says connect: (those it opened, with @chan_id; those it
+    accepted, whose ids count from @accept_base), each by peer number.
+    Returns when the controller says go."""
+    with p3.Listener(host=None, port=cfg["port"], timeout=60) as lst:
+        ctl.send(ready=1)
+        ctl.wait("connect")
+        out = {}
+        t = threading.Thread(target=connect_peers,
+                             args=(j, ips, cfg["port"], chan_id, out))
+        t.start()
+        inbound = accept_peers(lst, len(ips), accept_base)
+        t.join()
+    if len(out) != len(ips):
+        raise RuntimeError(f"could not connect to every peer of {ips}")
+    ctl.send(connected=1)
+    ctl.wait("go")
+    return out, inbound
+
+
 # ---------------------------------------------------------------- server
 
 def server_main(ctl, j, sid, cfg):
     mine = [k for k in j.keys if k.server == sid]
     byid = {k.id: k for k in mine}
-    lst = p3.Listener(host=None, port=cfg["port"], timeout=60)
-    ctl.send(ready=1)
-    ctl.wait("connect")
-    pull = {}
-    t = threading.Thread(target=connect_peers,
-                         args=(j, cfg["worker_ips"], cfg["port"], 1001 + sid,
-                               pull))
-    t.start()
-    push = accept_peers(lst, j.workers, 1)
-    t.join()
-    if len(pull) != j.workers:
-        raise RuntimeError("could not connect to every worker")
-    ctl.send(connected=1)
-    ctl.wait("go")
+    pull, push = meet_peers(ctl, j, cfg, cfg["worker_ips"], 1001 + sid, 1)
     W = j.workers
     count = {k.id: 0 for k in mine}
     lock = threading.Lock()
@@ -573,20 +581,7 @@ def worker_main(ctl, j, wid, cfg):
     batches = [[(s, ks) for s, ks in enumerate(push_keys[la]) if ks]
                for la in range(L)]
     nsrv = [len(b) for b in batches]
-    lst = p3.Listener(host=None, port=cfg["port"], timeout=60)
-    ctl.send(ready=1)
-    ctl.wait("connect")
-    push = {}
-    t = threading.Thread(target=connect_peers,
-                         args=(j, cfg["server_ips"], cfg["port"], 1 + wid,
-                               push))
-    t.start()
-    pull = accept_peers(lst, S, 1001)
-    t.join()
-    if len(push) != S:
-        raise RuntimeError("could not connect to every server")
-    ctl.send(connected=1)
-    ctl.wait("go")
+    push, pull = meet_peers(ctl, j, cfg, cfg["server_ips"], 1 + wid, 1001)
 
     iters = cfg["iters"]                # iteration starts to time
     cond = threading.Condition()
