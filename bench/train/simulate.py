@@ -278,6 +278,8 @@ class Link:
             turns.append(sock)
         else:
             sock.in_turns = False
+        # after the socket has taken its place back in the turns, so that
+        # a socket the band's budget now starts queues behind it
         if self.policy == "p3shared":
             self._write_band(level)
         return pkt
