@@ -541,6 +541,7 @@ def row(r, fifo_s, runs=None):
                           if up else "") +
              (f", {r['note']}" if r.get("note") else ""),
              f"{r['iter_s']:.3f}", "" if g is None else f"{g:.0%}",
+             f"{r['iter_s'] / r['ideal_iter_s']:.3f}",
              f"{r['link_util']['workers']:.0%}", spread_cell(r)]
     if runs is not None:
         m = statistics.mean(x["iter_s"] for x in runs)
@@ -559,7 +560,7 @@ def spread_cell(r):
 
 
 HEAD = ["model", "Gbit/s", "mode", "model s/iter", "gap closed",
-        "link use", "push spread (s, median / p90)"]
+        "÷ ideal", "link use", "push spread (s, median / p90)"]
 HEAD_RUNS = ["measured s/iter (runs)", "measured ÷ model", "link use",
              "push spread"]
 
