@@ -675,7 +675,8 @@ class Channel(_Closing):
 
     def wait(self, timeout: Timeout = None) -> list:
         """Poll until nothing registered is pending; the completions.
-        It polls at least once (timeout=0 takes what is ready).  On
+        With nothing pending it returns [] at once; otherwise it polls
+        at least once (timeout=0 takes what is ready).  On
         timeout, the completions it did take are on the error's
         .completions, so none is lost."""
         return self._poll_while(lambda: self.pending,
