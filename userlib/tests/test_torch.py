@@ -337,7 +337,7 @@ class HeadFirst(torch.nn.Module):
 
 def forward_order_levels():
     import p3.torch as p3t
-    from p3.torch import _forward_ranks
+    from p3.torch._order import forward_ranks
     from p3.torch._layout import Layout
     m = HeadFirst()
     names = {p: n for n, p in m.named_parameters()}
@@ -347,7 +347,7 @@ def forward_order_levels():
        'them: %s' % order)
     params = list(m.parameters())
     sizes = [p.numel() * p.element_size() for p in params]
-    for fwd, first in ((None, 'head.'), (_forward_ranks(params, p3t.forward_order(
+    for fwd, first in ((None, 'head.'), (forward_ranks(params, p3t.forward_order(
             m, torch.zeros(1, 10))), 'body.')):
         # P3's order: the default would move head.bias (1% of the bytes,
         # after the largest tensor) to level 0 as well
@@ -419,21 +419,21 @@ def levels_above_untagged():
     """bands=None: the job's levels stay above the band the local p3
     qdisc gives untagged traffic, and the ranks agree on the fewest."""
     import torch.distributed as dist
-    from p3 import torch as p3t
+    from p3.torch._setup import agreed_levels, free_levels
     for default, lossy, want in ((None, False, 8), (7, False, 7),
                                  (3, False, 3), (0, False, 8),
                                  (16, False, 8), (16, True, 8),
                                  (15, True, 7), (7, True, 3)):
         found = None if default is None else (
             'eth0', {'options': {'bands': default + 1, 'default': default}})
-        got = p3t._free_levels(found, lossy)
+        got = free_levels(found, lossy)
         ok(got == want, 'levels: %s leaves %d levels to the job%s (want '
            '%d)' % ('no p3 qdisc' if default is None else
                     'a p3 qdisc whose default band is %d' % default, got,
                     ' with its datagrams' if lossy else '', want))
     store = dist.HashStore()
     store.set('lv/1', '5')          # rank 1's host leaves 5 levels
-    got = p3t._agreed_levels(store, 'lv', 0, 2, 8)
+    got = agreed_levels(store, 'lv', 0, 2, 8)
     ok(got == 5, 'levels: rank 0 (8 free) and rank 1 (5 free) agree '
        'on %d (want 5)' % got)
 

@@ -40,16 +40,24 @@ class StepTimeout(TimeoutError):
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64,
        torch.float16: np.float16}
+# numpy has no bfloat16: such gradients travel and are summed as float32,
+# which also keeps the sum from rounding at every rank's addition.
+_WIRE = {torch.bfloat16: torch.float32}
+
+
+def wire_dtype(dtype):
+    """The torch dtype a parameter's gradient travels and is summed in."""
+    return _WIRE.get(dtype, dtype)
 
 
 def np_dtypes(params):
-    """The numpy dtype of each parameter; TypeError for one p3.torch
-    cannot sum."""
+    """The numpy dtype each parameter's gradient travels in; TypeError for
+    one p3.torch cannot sum."""
     for p in params:
-        if p.dtype not in _NP:
+        if wire_dtype(p.dtype) not in _NP:
             raise TypeError('p3.torch: %s parameters are not supported'
                             % p.dtype)
-    return [np.dtype(_NP[p.dtype]) for p in params]
+    return [np.dtype(_NP[wire_dtype(p.dtype)]) for p in params]
 
 
 class Exchange:
@@ -64,8 +72,10 @@ class Exchange:
         self.params = params
         # Flat local gradients and averages, one per parameter (averages
         # start at 0: Slim-DP's first choice reads them as the last step's).
-        self.grad = [torch.empty(p.numel(), dtype=p.dtype) for p in params]
-        self.avg = [torch.zeros(p.numel(), dtype=p.dtype) for p in params]
+        self.grad = [torch.empty(p.numel(), dtype=wire_dtype(p.dtype))
+                     for p in params]
+        self.avg = [torch.zeros(p.numel(), dtype=wire_dtype(p.dtype))
+                    for p in params]
         self._gbytes = [g.numpy().view(np.uint8) for g in self.grad]
         self._abytes = [a.numpy().view(np.uint8) for a in self.avg]
         self.owned = set(layout.owned(rank))

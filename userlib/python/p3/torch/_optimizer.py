@@ -1,0 +1,427 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""DistributedOptimizer: the wrapped optimizer's update, fed with gradients
+averaged over the ranks by the exchange (_exchange.py).
+
+To the rest of torch it is the optimizer it wraps: an instance of a
+subclass of the wrapped optimizer's class (as Horovod's wrapper is), so
+that learning-rate schedulers, GradScaler and isinstance accept it, and
+sharing its param_groups and state, so that a schedule's learning rates
+reach the update."""
+import contextlib
+import time
+
+import torch
+
+import p3
+import p3.dgram
+from . import _job
+from ._exchange import Exchange, np_dtypes
+from ._layout import ORDER, Layout
+from ._mesh import Mesh, dgram_level
+from ._order import forward_ranks
+from ._setup import (DEFAULT_LEVELS, agreed_levels, bounded_loss_args,
+                     free_levels, local_p3_qdisc, same_plan, warn_if_no_qdisc)
+from ._slimdp import SlimDP, check_args as check_slimdp
+from ._dlcp import BoundedLoss
+
+_classes = {}
+
+
+def _wrapper_class(base):
+    """DistributedOptimizer's subclass that is also a subclass of base."""
+    if base not in _classes:
+        _classes[base] = type('Distributed' + base.__name__,
+                              (DistributedOptimizer, base),
+                              {'__module__': __name__})
+    return _classes[base]
+
+
+def _forwarded(name):
+    """An attribute of the wrapped optimizer, read and written through:
+    load_state_dict replaces the wrapped param_groups list, and the
+    schedulers must see the new one."""
+    return property(lambda self: getattr(self._opt, name),
+                    lambda self, v: setattr(self._opt, name, v))
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wrap any torch.optim optimizer whose update is per parameter (SGD,
+    Adam, AdamW, RMSprop, ...; not LBFGS).  The result is an instance of
+    the wrapped optimizer's class too.
+
+    By default every parameter that requires a gradient must get one in
+    every step, as with DDP; find_unused_parameters=True (DDP's name)
+    averages a missing gradient as zeros, and leaves a parameter that no
+    rank gave a gradient un-updated, as DDP does.  Parameters with
+    requires_grad=False are left alone.
+
+    backward_passes_per_step=N (Horovod's name): gradients accumulate over
+    N backward passes, and only the Nth sends them, as DDP's no_sync() on
+    the first N - 1 does.
+
+    synchronize() between backward and step() puts the averaged gradients
+    in .grad (for clipping), and step() under skip_synchronize() applies
+    them as they are then.  Each synchronize() also copies rank 0's
+    buffers (BatchNorm's running statistics) to every rank, unless
+    broadcast_buffers=False: it is a collective, called by every rank.
+
+    bfloat16 parameters are summed in float32 (their bytes travel as
+    float32), then rounded once.
+
+    sparsify='slimdp' sends, of each slice, the fraction keep (default 0.1)
+    of its most significant elements and a random fraction explore
+    (default 0.02) of the others; the rest stays in this rank's residual
+    for later steps (residual=False drops it, for comparison only).
+
+    loss_tolerance (e.g. 0.01) pushes gradients with bounded loss (DLCP):
+    each slice as datagrams on the level after its own (level L travels
+    at 2 L, its datagrams at 2 L + 1: give the odd bands a deadline in
+    the qdisc), plus its largest elements, the fraction
+    reliable_fraction (default 0.01), over the reliable channel.  A
+    slice's datagrams complete once none came for deadline seconds
+    (default 0.005); above loss_tolerance of its bytes missing, the
+    missing chunks are fetched again, reliably.
+
+    bands: the job's levels.  By default 8, or fewer where a rank's host
+    has a p3 qdisc whose default band (where untagged traffic goes) is 7
+    or less (15 or less with loss_tolerance, whose datagrams take as
+    many levels again), so that every level stays above that band.  The
+    ranks agree on the fewest.
+
+    order: the planner's (p3.plan).  By default 'tail-first': the
+    parameters the forward pass needs after the largest one go first,
+    on level 0, if they hold at most a quarter of the bytes (VGG-19's
+    fc7 and fc8, and fc6's bias); 'forward' is P3's order throughout."""
+
+    param_groups = _forwarded('param_groups')
+    state = _forwarded('state')
+    defaults = _forwarded('defaults')
+
+    def __new__(cls, optimizer, *args, **kwargs):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError('p3.torch: DistributedOptimizer wraps a '
+                            'torch.optim.Optimizer, not %s'
+                            % type(optimizer).__name__)
+        if isinstance(optimizer, DistributedOptimizer):
+            raise ValueError('p3.torch: the optimizer is wrapped already')
+        if cls is DistributedOptimizer:
+            cls = _wrapper_class(type(optimizer))
+        return object.__new__(cls)
+
+    def __init__(self, optimizer, model, schedule='p3', bands=None,
+                 slice_bytes=None, timeout=None, max_queued=None,
+                 forward_order=None, sparsify=None, keep=None, explore=None,
+                 residual=True, loss_tolerance=None, deadline=None,
+                 reliable_fraction=None, order=None,
+                 backward_passes_per_step=1, find_unused_parameters=False,
+                 broadcast_buffers=True):
+        # The wrapped optimizer's __init__ is not run: its state is _opt's.
+        self._opt = optimizer
+        self._mesh = None
+        if sparsify not in (None, 'slimdp'):
+            raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
+                             "not %r" % (sparsify,))
+        if sparsify is None and (keep is not None or explore is not None):
+            raise ValueError("p3.torch: keep and explore need "
+                             "sparsify='slimdp'")
+        if order is not None and (schedule != 'p3' or order not in p3.ORDERS):
+            raise ValueError("p3.torch: order needs schedule='p3' and is one "
+                             "of %s, not %r" % (', '.join(p3.ORDERS), order))
+        if (not isinstance(backward_passes_per_step, int)
+                or backward_passes_per_step < 1):
+            raise ValueError('p3.torch: backward_passes_per_step must be an '
+                             'integer >= 1, not %r' % (backward_passes_per_step,))
+        if sparsify:
+            keep, explore = check_slimdp(0.1 if keep is None else keep,
+                                         0.02 if explore is None else explore)
+        nbands = bands if schedule == 'p3' else 1
+        lossy = bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
+                                  sparsify, nbands or DEFAULT_LEVELS)
+        st = _job.need()
+        self._schedule = schedule
+        self._timeout = st['timeout'] if timeout is None else timeout
+        self._passes_per_step = backward_passes_per_step
+        self._find_unused = find_unused_parameters
+        self._buffers = list(model.buffers()) if broadcast_buffers else []
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        names = {p: n for n, p in model.named_parameters()}
+        self._names = [names[p] for p in self._params]
+        index = {p: i for i, p in enumerate(self._params)}
+        for g in optimizer.param_groups:
+            for p in g['params']:
+                if p.requires_grad and p not in index:
+                    raise ValueError('p3.torch: the optimizer holds a parameter '
+                                     'that is not in the model')
+        dtypes = np_dtypes(self._params)
+        if (sparsify or lossy) and any(p.dtype == torch.bfloat16
+                                       for p in self._params):
+            raise ValueError('p3.torch: bfloat16 parameters cannot be '
+                             'combined with sparsify or loss_tolerance')
+        sizes = [p.numel() * d.itemsize for p, d in zip(self._params, dtypes)]
+        # Taken once, before any store key: every rank counts the same.
+        st['meshes'] += 1
+        seq = st['meshes']
+        # One look at this host's qdiscs serves the levels and the warning.
+        found = local_p3_qdisc()
+        if nbands is None:
+            nbands = agreed_levels(st['store'], 'p3t/levels%d' % seq,
+                                   st['rank'], st['size'],
+                                   free_levels(found, bool(lossy)))
+        self.levels = nbands
+        self._layout = Layout(sizes, st['size'], schedule,
+                              nbands, slice_bytes,
+                              fwd=forward_ranks(self._params, forward_order),
+                              order=order or ORDER)
+        same_plan(st['store'], 'p3t/plan%d' % seq, st['rank'], st['size'],
+                  # What both ends of a push size it by: the layout,
+                  # Slim-DP's fractions, the reliable part's fraction.
+                  repr((self._layout.digest(), sparsify, keep, explore,
+                        lossy and lossy[2])))
+        sparse = SlimDP(self._layout, dtypes, keep, explore,
+                        residual) if sparsify else None
+        model_bytes = sum(sizes)
+        # Datagrams of a whole step may come before their owner registers
+        # them (it is still summing the last one): room for two.
+        dgram = dict(bands=dgram_level(nbands - 1) + 1,
+                     chunk=p3.dgram.DEFAULT_CHUNK,
+                     buf_bytes=max(4 << 20, 2 * model_bytes),
+                     early_bytes=2 * model_bytes + (8 << 20)) if lossy else None
+        self._mesh = Mesh(st['store'], 'p3t/mesh%d' % seq, st['rank'],
+                          st['size'], st['host'], nbands, self._timeout,
+                          max_queued or 2 * model_bytes + (64 << 20), dgram)
+        self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
+                                  dtypes, *lossy) if lossy else None
+        self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
+                            self._params, self._timeout, sparse, self._lossy)
+        n = len(self._params)
+        self._step = 0
+        self._passes = [0] * n      # backward passes each has had this step
+        self._backward = False      # a backward since the last step()
+        self._synced = False        # synchronize() put the averages in .grad
+        self._skipping = False
+        self._idle = set()          # no rank had a gradient: not updated
+        self._unapplied = set()     # averaged for the last step, not applied
+        self._hooks = []
+        # Horovod's trick: the AccumulateGrad node's hook runs once p.grad
+        # holds this backward's gradient (torch 1.13 has no
+        # post-accumulate hook on the tensor).  The nodes are kept: one
+        # no longer referenced is made anew, without the hook.
+        self._accumulators = [p.expand_as(p).grad_fn.next_functions[0][0]
+                              for p in self._params]
+        for i, acc in enumerate(self._accumulators):
+            self._hooks.append(acc.register_hook(self._make_hook(i)))
+        if schedule == 'p3':
+            for m in model.modules():
+                own = [index[p] for p in m.parameters(recurse=False) if p in index]
+                if own:
+                    self._hooks.append(
+                        m.register_forward_pre_hook(self._make_pre_hook(own)))
+        # A checkpoint taken between step() and the next forward holds
+        # the update p3 would otherwise apply layer by layer in that
+        # forward (the values are the parameters' own storage).
+        self._hooks.append(model._register_state_dict_hook(
+            lambda *_: self._apply_pending()))
+        st['optimizers'].add(self)
+        if schedule == 'p3':        # fifo asks nothing of the kernel
+            warn_if_no_qdisc(found, [dgram_level(v) for v in range(nbands)]
+                             if lossy else None)
+
+    # ------------------------------------------------------------ hooks
+
+    def _make_hook(self, i):
+        def hook(*_):
+            self._backward = True
+            self._passes[i] += 1
+            if self._passes[i] == self._passes_per_step:
+                self._ex.gradient(i, self._params[i].grad, self._step)
+            elif self._passes[i] > self._passes_per_step:
+                raise RuntimeError(
+                    'p3.torch: %s got more than backward_passes_per_step=%d '
+                    'gradients before step()'
+                    % (self._names[i], self._passes_per_step))
+        return hook
+
+    def _make_pre_hook(self, own):
+        def pre_hook(module, inputs):
+            pending = [i for i in own if i in self._unapplied]
+            if pending:
+                self._apply(pending, wait=True)
+        return pre_hook
+
+    # ------------------------------------------------------- the update
+
+    def _deadline(self):
+        return time.monotonic() + self._timeout
+
+    def _average(self, i):
+        """Parameter i's averaged gradient, in the parameter's dtype."""
+        p = self._params[i]
+        return self._ex.avg[i].view_as(p).to(p.dtype)
+
+    def _apply(self, indices, wait):
+        """Update parameters indices with their averaged gradients, through
+        the wrapped optimizer (parameters without a gradient are skipped
+        by every torch.optim update, so the others are untouched)."""
+        if wait:
+            self._ex.wait(indices, self._deadline())
+        done = set(indices)
+        chosen = done - self._idle
+        saved = [p.grad for p in self._params]
+        for i, p in enumerate(self._params):
+            p.grad = self._average(i) if i in chosen else None
+        with torch.no_grad():
+            self._opt.step()
+        for i, p in enumerate(self._params):
+            p.grad = None if i in done else saved[i]
+        self._unapplied -= done
+        self._ex.recycle(indices, self._step - 1)
+
+    def _apply_pending(self):
+        """Apply what the last step averaged and no forward has applied."""
+        if self._unapplied:
+            self._apply(sorted(self._unapplied), wait=True)
+
+    def _end_backward(self):
+        """This step's backward passes are over: send what they did not
+        (gradients accumulated over fewer passes, and with
+        find_unused_parameters zeros for the parameters that got none),
+        and begin the next step's exchange."""
+        self._apply_pending()       # parameters the last forward never ran
+        absent = [i for i, k in enumerate(self._passes) if k == 0]
+        if absent and not self._find_unused:
+            raise RuntimeError(
+                'p3.torch: no gradient for %s in this step (every parameter '
+                'needs one; pass find_unused_parameters=True to average a '
+                'missing gradient as zeros)'
+                % ', '.join(self._names[i] for i in absent[:5]))
+        for i, k in enumerate(self._passes):
+            if k < self._passes_per_step:
+                p = self._params[i]
+                self._ex.gradient(i, torch.zeros_like(p) if k == 0 else p.grad,
+                                  self._step)
+        missing = self._ex.end_step()
+        assert not missing, missing
+        if self._find_unused:
+            flags = torch.zeros(len(self._params), dtype=torch.bool)
+            flags[absent] = True
+            idle = _job.all_true(flags)
+            self._idle = {i for i in absent if idle[i]}
+        self._passes = [0] * len(self._params)
+        self._backward = False
+        self._step += 1
+
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError('p3.torch: step(closure) is not supported')
+        if self._synced:            # the averages are in .grad already
+            self._synced = False
+            with torch.no_grad():
+                self._opt.step()
+            return
+        if self._skipping:
+            raise RuntimeError('p3.torch: step() under skip_synchronize() '
+                               'needs synchronize() after the backward pass')
+        self._end_backward()
+        self._unapplied = set(range(len(self._params)))
+        if self._schedule == 'fifo':
+            self._apply(sorted(self._unapplied), wait=True)
+        else:
+            ready = [i for i in self._ex.done_now() if i in self._unapplied]
+            if ready:
+                self._apply(ready, wait=False)
+
+    def synchronize(self):
+        """Finish the exchange in flight, then copy rank 0's buffers to
+        every rank (unless broadcast_buffers=False).  Between backward and
+        step(): wait for this step's averages and put them in each
+        parameter's .grad, for step() to apply as they are then (clip
+        them first, under skip_synchronize() as Horovod's users do).
+        After step(): wait until every parameter holds that step's
+        update."""
+        if self._backward:
+            self._end_backward()
+            every = range(len(self._params))
+            self._ex.wait(every, self._deadline())
+            for i, p in enumerate(self._params):
+                if i in self._idle:
+                    continue
+                if p.grad is None:
+                    p.grad = self._average(i).clone()
+                else:
+                    p.grad.copy_(self._ex.avg[i].view_as(p))
+            self._ex.recycle(every, self._step - 1)
+            self._synced = True
+        else:
+            self._apply_pending()
+        _job.broadcast(self._buffers, 0)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside applies the gradients synchronize() averaged, as
+        they are (Horovod's name)."""
+        self._skipping = True
+        try:
+            yield
+        finally:
+            self._skipping = False
+
+    def zero_grad(self, set_to_none=True):
+        self._opt.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group):
+        raise ValueError('p3.torch: add every parameter group before '
+                         'wrapping the optimizer (the exchange is planned '
+                         'for the parameters it had then)')
+
+    def state_dict(self):
+        self._apply_pending()
+        return self._opt.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self._opt.load_state_dict(state_dict)
+
+    # --------------------------------------------------------- counters
+
+    def stats(self):
+        """This rank's counters since it was made: bytes_sent, gradient
+        payload bytes sent (bytes_pushed, its gradients to their owners,
+        plus bytes_returned, the averages it owns to every other rank;
+        the sparse wire form's headers and indices included, libp3's frame
+        headers not); bytes_lost, bytes completed as zeros, and
+        rerequests, ranges asked for again (both 0: every byte here is
+        delivered reliably, but with loss_tolerance); iterations, the
+        steps.  With loss_tolerance, bytes_pushed counts every
+        datagram's payload, the reliable parts and the chunks sent again;
+        bytes_lost and rerequests are this rank's as an owner: bytes it
+        summed as zeros, and the requests for chunks it made."""
+        pushed = self._ex.bytes_pushed + self._ex.bytes_resent
+        returned = self._ex.bytes_returned
+        lossy = self._lossy
+        return {'bytes_sent': pushed + returned, 'bytes_pushed': pushed,
+                'bytes_returned': returned,
+                'bytes_lost': lossy.bytes_lost if lossy else 0,
+                'rerequests': lossy.rerequests if lossy else 0,
+                'iterations': self._step}
+
+    @property
+    def exchange_done(self):
+        """time.monotonic() at which each step's gradients were all
+        averaged (for measurements: bench/torch)."""
+        return list(self._ex.done_at)
+
+    def close(self):
+        """Send what is queued, then close the channels (shutdown() does
+        this for every optimizer)."""
+        if self._mesh is None:
+            return
+        for h in self._hooks:
+            h.remove()
+        self._ex.finish_pushes()    # bounded loss: hands them to libp3
+        try:
+            for ch in self._mesh.tx.values():
+                ch.flush(timeout=self._timeout)
+        except p3.Error:
+            pass                # a peer gone already: nothing to deliver to
+        self._ex.close()
+        self._mesh.close()
+        self._mesh = None
