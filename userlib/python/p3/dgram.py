@@ -18,8 +18,12 @@ Each object belongs to one thread at a time.
 import collections
 import ctypes
 
-from . import (_Buf, _Closing, _P, _check, _cp, _int, _method, _ms, _proto,
-               _size, _u32, _u64, _uint, _vp)
+from ._buffers import _Buf
+from ._clock import _ms
+from ._closing import _Closing
+from ._errors import _check
+from ._libp3 import _P, _cp, _int, _proto, _size, _u32, _u64, _uint, _vp
+from ._tagging import _method
 
 __all__ = ['Sender', 'Receiver', 'Completion', 'DEFAULT_CHUNK']
 

@@ -1,0 +1,284 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Channel: one end of a multi-band channel, sending tensors (copied or
+by reference) and plans, or receiving them into registered buffers and
+handing back their completions.
+"""
+
+import collections
+import ctypes
+import errno as _errno
+import threading
+import time
+from typing import Iterable, Mapping, Optional, Sequence, Union
+
+from ._buffers import BufferLike, _Buf
+from ._chan_opts import _opts
+from ._clock import Timeout, _ms
+from ._closing import _Closing
+from ._errors import ClosedError, _CODES, _check, _error
+from ._libp3 import _BufRef, _Completion, _Slice, _band_status, _bands, \
+    _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next, \
+    _pending, _poll, _queued, _send, _send_plan, _send_ref, _shutdown, _vp
+from ._planner import Slice
+
+Completion = collections.namedtuple('Completion',
+                                    'tensor iteration bytes t_first t_done')
+
+
+class Channel(_Closing):
+    """One end of a multi-band channel (Channel.connect or Listener.accept).
+
+    Every method may be called from any thread.  close() from one thread
+    ends the calls blocked in others: they raise ClosedError.  With
+    progress=True (the default) a thread inside libp3 moves the data, so a
+    sender may queue and go back to computing; fileno() then serves
+    selectors and event loops.
+    """
+
+    def __init__(self, handle: int) -> None:
+        self._h = handle
+        self._bufs = {}
+        self._sent_refs = {}    # (tensor, iteration): buffers the library reads
+        self._mu = threading.Condition()
+        self._users = 0
+
+    @classmethod
+    def connect(cls, host: str, port: Union[int, str], bands: int = 8,
+                method: Optional[str] = None, chan_id: int = 0,
+                max_queued: int = 64 << 20, max_payload: int = 16 << 20,
+                timeout: Timeout = 10.0, progress: bool = True,
+                peer_timeout: Timeout = 30.0,
+                level_stride: int = 1) -> 'Channel':
+        """Band b's sockets carry level b * level_stride (the Listener
+        must use the same): 2 leaves every other level to datagrams."""
+        o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
+                  progress, peer_timeout, level_stride)
+        h = _vp()
+        _check(_connect(str(host).encode(), str(port).encode(),
+                        ctypes.byref(o), ctypes.byref(h)), 'connect')
+        return cls(h.value)
+
+    def _call(self, fn, *args):
+        """fn(handle, *args), the handle held open for the call's length:
+        close() waits for it instead of freeing it under the call."""
+        with self._mu:
+            if not self._h:
+                raise ClosedError(_CODES['ECLOSED'], 'channel is closed')
+            self._users += 1
+            h = self._h
+        try:
+            return fn(h, *args)
+        finally:
+            with self._mu:
+                self._users -= 1
+                if not self._users:
+                    self._mu.notify_all()
+
+    # sender
+    def send(self, tensor: int, data: BufferLike, level: int,
+             iteration: int = 0, offset: int = 0, prio: int = 0,
+             timeout: Timeout = None, copy: bool = True) -> None:
+        """Queue data as one message for tensor at offset.  The library
+        copies it into its queue, so data may be reused on return; with
+        copy=False it is written from data itself (p3_chan_send_ref), and
+        the channel holds data until its completion is in, taken by
+        poll(), wait_sent() or flush(): do not change it until then."""
+        b = _Buf(data)
+        if not b.nbytes:
+            raise ValueError('p3: cannot send an empty buffer')
+        key = (int(tensor), int(iteration))
+        if copy:
+            _check(self._call(_send, int(level), int(prio), key[1], key[0],
+                              int(offset), b.ptr, b.nbytes, _ms(timeout)), 'send')
+            return
+        with self._mu:
+            self._sent_refs.setdefault(key, []).append(b)
+        try:
+            _check(self._call(_send_ref, int(level), int(prio), key[1], key[0],
+                              int(offset), b.ptr, b.nbytes, _ms(timeout)),
+                   'send')
+        except BaseException:
+            self._unref(key)
+            raise
+
+    def _unref(self, key):
+        with self._mu:
+            refs = self._sent_refs.get(key)
+            if refs:
+                refs.pop()
+                if not refs:
+                    del self._sent_refs[key]
+
+    @property
+    def sending(self) -> int:
+        """Buffers sent with copy=False that the library may still read."""
+        with self._mu:
+            return sum(len(v) for v in self._sent_refs.values())
+
+    def wait_sent(self, timeout: Timeout = None) -> list:
+        """Write until every copy=False buffer is released; returns their
+        completions (bytes 0: not sent, its band failed)."""
+        return self._poll_while(lambda: self.sending,
+                                'wait_sent (%d buffers held)', timeout)
+
+    def send_plan(self, slices: Iterable[Slice],
+                  arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]],
+                  iteration: int = 0, timeout: Timeout = None) -> None:
+        """Queue a plan, all of it or (on an error) none of it; arrays[t]
+        is tensor t; merged slices go together."""
+        slices = list(slices)
+        if not slices:
+            return
+        bufs = {}
+        cs = (_Slice * len(slices))()
+        for i, s in enumerate(slices):
+            if s.tensor not in bufs:
+                bufs[s.tensor] = _Buf(arrays[s.tensor])
+            if s.offset + s.length > bufs[s.tensor].nbytes or s.length <= 0:
+                raise ValueError('p3: slice %d is outside tensor %d'
+                                 % (i, s.tensor))
+            cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
+                           s.level)
+        refs = (_BufRef * (max(bufs) + 1))()
+        for t, b in bufs.items():
+            refs[t] = _BufRef(b.ptr, b.nbytes)
+        _check(self._call(_send_plan, cs, len(slices), refs, len(refs),
+                          int(iteration), _ms(timeout)), 'send_plan')
+
+    @property
+    def queued(self) -> int:
+        return self._call(_queued)
+
+    def flush(self, timeout: Timeout = None) -> None:
+        """Write everything queued; copy=False buffers are released."""
+        _check(self._call(_flush, _ms(timeout)), 'flush')
+        for d in self._call(self._take):
+            self._unref((d.tensor, d.iteration))
+
+    # receiver
+    def expect(self, tensor: int, array: BufferLike, iteration: int = 0) -> None:
+        """Receive tensor (iteration) into array, a writable buffer."""
+        b = _Buf(array, writable=True)
+        if not b.nbytes:
+            raise ValueError('p3: cannot receive into an empty buffer')
+        key = (int(tensor), int(iteration))
+        # Held until its completion is popped: the library writes into it.
+        # Filed first, so that a completion racing in from the progress
+        # thread always finds it.
+        with self._mu:
+            self._bufs.setdefault(key, collections.deque()).append(b)
+        try:
+            _check(self._call(_expect, key[0], b.ptr, b.nbytes, key[1]),
+                   'expect')
+        except BaseException:
+            self._release(*key, newest=True)
+            raise
+
+    def cancel(self, tensor: int) -> None:
+        """Forget tensor (registered or finished); its buffers are
+        released.  A frame of it half read is discarded, later ones wait
+        as for a tensor never registered."""
+        _check(self._call(_cancel, int(tensor)), 'cancel')
+        with self._mu:
+            for key in [k for k in self._bufs if k[0] == int(tensor)]:
+                del self._bufs[key]
+
+    def _release(self, tensor, iteration, newest=False):
+        with self._mu:
+            q = self._bufs.get((tensor, iteration))
+            if q:
+                q.pop() if newest else q.popleft()
+                if not q:
+                    del self._bufs[(tensor, iteration)]
+
+    def _take(self, h):
+        done = []
+        c = _Completion()
+        while _next(h, ctypes.byref(c)) == 1:
+            done.append(Completion(c.tensor, c.iter, c.bytes, c.t_first_ns,
+                                   c.t_done_ns))
+        return done
+
+    def poll(self, timeout: Timeout = 0.0) -> list:
+        """Move data (or, with progress, wait for it) up to timeout
+        seconds; returns the completions that are ready."""
+        _check(self._call(_poll, _ms(timeout)), 'poll')
+        done = self._call(self._take)
+        for d in done:
+            # A sender's completions are its copy=False buffers'.
+            if (d.tensor, d.iteration) in self._sent_refs:
+                self._unref((d.tensor, d.iteration))
+            else:
+                self._release(d.tensor, d.iteration)
+        return done
+
+    def wait(self, timeout: Timeout = None) -> list:
+        """Poll until nothing registered is pending; the completions.
+        With nothing pending it returns [] at once; otherwise it polls
+        at least once (timeout=0 takes what is ready).  On
+        timeout, the completions it did take are on the error's
+        .completions, so none is lost."""
+        return self._poll_while(lambda: self.pending,
+                                'wait (%d tensors pending)', timeout)
+
+    def _poll_while(self, left_count, what, timeout):
+        """Poll while left_count() is nonzero, for at most @timeout s; the
+        completions.  On timeout they are on the error's .completions
+        (@what, with the count left, is its message), so none is lost."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = []
+        while left_count():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done += self.poll(0.5 if left is None else min(left, 0.5))
+            if left_count() and deadline is not None and time.monotonic() >= deadline:
+                err = _error(_errno.ETIMEDOUT, what % left_count())
+                err.completions = done
+                raise err
+        return done
+
+    def fileno(self) -> int:
+        """A descriptor readable while poll() has something to return
+        (progress channels only): for select, selectors and asyncio."""
+        return _check(self._call(_chan_fd), 'fileno')
+
+    @property
+    def pending(self) -> int:
+        """Tensors registered with expect() whose completion poll() or
+        wait() has not yet returned: `while rx.pending: rx.poll(...)`
+        misses none, even when the progress thread completes the last
+        ones after a poll."""
+        with self._mu:
+            return sum(len(q) for q in self._bufs.values())
+
+    @property
+    def incomplete(self) -> int:
+        """Registered tensors whose bytes have not all arrived (libp3's
+        p3_chan_pending(); it drops before the completion is taken)."""
+        return self._call(_pending)
+
+    def band_status(self, band: int) -> int:
+        return self._call(_band_status, int(band))
+
+    @property
+    def bands(self) -> int:
+        return self._call(_bands)
+
+    @property
+    def chan_id(self) -> int:
+        return self._call(_chan_id)
+
+    def close(self) -> None:
+        """Close every connection; data still queued is dropped (flush
+        first on a sender).  Calls blocked in other threads raise
+        ClosedError; close waits for them to leave."""
+        with self._mu:
+            h, self._h = self._h, None
+            if not h:
+                return
+            _shutdown(h)
+            while self._users:
+                self._mu.wait()
+            self._bufs.clear()
+        _close(h)
+        with self._mu:
+            self._sent_refs.clear()     # closed: nothing reads them now
