@@ -272,8 +272,8 @@ def clocksource():
     """The kernel's clock source.  Under TCG the kernel leaves the TSC
     for the emulated HPET, where every clock read is a device access and
     clock_gettime() a system call; on the TSC the VM was no less busy
-    (docs/benchmarks.md, "Exact counts, and where the forward pass
-    waits"), but a record should say which clock it ran on."""
+    (`git show 216191b:docs/benchmarks.md`, "Exact counts, and where the
+    forward pass waits"), but a record should say which clock it ran on."""
     try:
         with open("/sys/devices/system/clocksource/clocksource0/"
                   "current_clocksource") as f:
@@ -472,8 +472,9 @@ def sender(q, hand_over):
     keys, iteration, due) as it comes off @q, and sleeps until the next.
     A batch's lateness so includes its wait behind the batches before it.
     Sending from the thread that times the compute, as p3.torch's hooks
-    do, was tried and not shown to matter either way (docs/benchmarks.md,
-    "The emulator's sender without its timer"); here libp3's calls stay
+    do, was tried and not shown to matter either way (`git show
+    216191b:docs/benchmarks.md`, "The emulator's sender without its
+    timer"); here libp3's calls stay
     off that thread."""
     while True:
         hand_over(*q.get())

@@ -33,18 +33,19 @@ EMU_MODEL_BYTES = 512 << 10         # emulated parameter bytes per model
 SLICE_BYTES = 4096
 # Above this share of the VM's CPU in a run, the emulator's own work per
 # message (Python, framing, CRC under TCG) can set the pace instead of the
-# link: on a slower host, session 28 saw compute-bound points take 3.6-3.9 s
+# link: on a slower host, one sweep saw compute-bound points take 3.6-3.9 s
 # for 3.0 s of compute at 73-75%, and ResNet-50's kernel lead at 2 Gbit/s
-# vanish at 81% and come back at 55% with --compute-s 6.
+# vanish at 81% and come back at 55% with --compute-s 6 (the lab notebook,
+# `git show 216191b:docs/benchmarks.md`, "A second sweep, on a slower host").
 CPU_BOUND = 0.65
 BIGARRAY_BOUND = 1000000            # parameters, MXNet's default
 # p3kernel's levels: bands 0..3, one socket each per peer; band 4 is left
 # to untagged traffic (the default band).  Fewer sockets cost the VM less:
 # where its CPU ran short, four were 0.6-3.4% faster than eight at
 # VGG-19's network-bound points and never slower elsewhere beyond noise
-# (session 35, docs/benchmarks.md "A host thread per vCPU, and four
-# bands"); with CPU to spare the two were level (session 17), and fifteen
-# were slower than eight.
+# (commit 6cdd9f1; `git show 216191b:docs/benchmarks.md`, "A host thread
+# per vCPU, and four bands"); with CPU to spare the two were level ("Why
+# the kernel mode trails" there), and fifteen were slower than eight.
 TRAIN_BANDS = 4
 FRAME_HDR = 40                      # libp3's per-frame header
 # TCP_NOTSENT_LOWAT of every socket (libp3's default is 16 KB): what a
@@ -214,8 +215,8 @@ class Job:
         conv5_4 to fc8 in band 3), so that the qdisc, and not the moment
         each worker handed them over, decides which of them goes first.  An
         experiment: measured, it was no faster than the planner's levels
-        at VGG-19 and 3.5-3.9% slower at ResNet-50 (docs/benchmarks.md,
-        "Why one socket per peer loses")."""
+        at VGG-19 and 3.5-3.9% slower at ResNet-50 (`git show
+        216191b:docs/benchmarks.md`, "Why one socket per peer loses")."""
         planned = {}
         for s in slices:
             planned.setdefault(s.tensor, s.level)

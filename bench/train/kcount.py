@@ -3,7 +3,8 @@
 
 Guest CPU time is no measure of work under TCG: the guest's clock is the
 host's, so a task is charged the time its vCPU thread waited for a host
-core (docs/benchmarks.md, "A host thread per vCPU, and four bands").
+core (`git show 216191b:docs/benchmarks.md`, "A host thread per vCPU, and
+four bands").
 Counts are exact whatever the host does: every system call by thread and
 kind, context switches, softirqs by vector, hrtimer expiries by handler,
 and calls of the functions that do the per-packet and per-socket work.

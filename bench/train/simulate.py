@@ -41,10 +41,10 @@ that take turns do so a packet each, in the order they became ready:
 Nothing here costs time but the links and the compute, so a schedule's
 figure is what it reaches once the emulator's own CPU, TCP's congestion
 control and its ACKs are taken away.  One option puts back what of that
-CPU the schedules turned out to be sensitive to (docs/benchmarks.md, "Why
-one socket per peer loses"): --jitter hands each host's messages of one
-instant (a layer's pushes, a key's W pulls) to libp3 up to JITTER seconds
-late, in order.  With --compare, "--jitter measured" draws each batch's
+CPU the schedules turned out to be sensitive to (`git show
+216191b:docs/benchmarks.md`, "Why one socket per peer loses"): --jitter
+hands each host's messages of one instant (a layer's pushes, a key's W
+pulls) to libp3 up to JITTER seconds late, in order.  With --compare, "--jitter measured" draws each batch's
 lateness from what the runs being modelled recorded (emulate.py --trace;
 workers' and servers' apart, a worker's batch from the records of its
 own layer).  The workers then decide differently what

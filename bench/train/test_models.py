@@ -512,7 +512,9 @@ def jitter_checks(t, profiles):
          len(by_host) == 8,
          f"simulate --jitter: every host's hand-overs stay in order "
          f"({len(handed)} of them)")
-    # What docs/benchmarks.md reports: with 50 ms of jitter, the
+    # What the benchmarks' notebook reports (git show 216191b:
+    # docs/benchmarks.md, "Why one socket per peer loses"): with 50 ms of
+    # jitter, the
     # workers' pushes of a key drift apart with one socket per peer, and
     # user space loses far more than the kernel mode's four bands
     got = {}
@@ -569,7 +571,7 @@ def jitter_checks(t, profiles):
          f"traces.lateness: {got}")
     # traces.lateness_by_layer: an iteration's records are its two
     # layers in backward order, the last layer first; an iteration with
-    # another count (w1's first, as runs before session 40 recorded) is
+    # another count (w1's first, as runs before commit 5082f36 recorded) is
     # left out
     rec["trace_w0"]["arrive"] = [[None, None]] * 3
     rec["trace_late"]["workers"] = {

@@ -130,7 +130,7 @@ def lateness(rec):
     was due to end, so its compute thread's oversleeping counts too; a
     server's pulls of a key, after the last push of it arrived); {} for
     a run without it.  A server's pulls of iteration i answer the pushes
-    of i - 1.  Runs before session 40 timed when a sender thread took
+    of i - 1.  Runs before commit 5082f36 timed when a sender thread took
     the batch off its queue."""
     if "trace_late" not in rec:
         return {}
@@ -142,15 +142,16 @@ def lateness(rec):
 
 def lateness_by_layer(rec):
     """{layer: [...]}: the workers' lateness of lateness(), by the layer
-    whose pushes were late.  Since session 40 a worker hands its layers
+    whose pushes were late.  Since commit 5082f36 a worker hands its layers
     over in backward order, last layer first, one batch each, so the
     k-th of an iteration's L records is layer L - 1 - k; an iteration
-    with another count (runs before session 40 recorded a batch per
+    with another count (runs before 5082f36 recorded a batch per
     layer and server) is left out.  The lateness has a shape that the
     pooled list loses: where the link has room, the first batches of
     backward wait behind the sends of the big ones before them,
-    while layer 0's, handed over last, is on time (docs/benchmarks.md,
-    "Steady state, and what the lateness is")."""
+    while layer 0's, handed over last, is on time (`git show
+    216191b:docs/benchmarks.md`, "Steady state, and what the lateness
+    is")."""
     if "trace_late" not in rec:
         return {}
     nlayers = len(rec["trace_w0"]["arrive"][0])
