@@ -134,8 +134,8 @@ suite() {
 
 # --quick: churn's default sizes, which are the CI-sized ones, and a third
 # of the fuzzer's. CI runs these beside the stock guests, where the
-# fuzzer ran at 1.5 requests/s (3,000 in 1,963 s, the CI run after
-# session 29) and the deadline then skipped churn, faults and tdc: with
+# fuzzer ran at 1.5 requests/s (3,000 in 1,963 s, in one CI run of
+# 2026-11-27) and the deadline then skipped churn, faults and tdc: with
 # a third, they get a chance on a host as fast as CI's fastest. The
 # stock kernels fuzz 3,000 requests each; the debug kernel is there for
 # the other suites' paths too.
@@ -147,7 +147,7 @@ if [ $quick -eq 1 ]; then
 	# 318 s and the boot about 75. vm's suites skip themselves in the
 	# guest (its --deadline, below); its estimate is what is worth a
 	# boot: the boot, the traffic suite (run-vm-tests.sh's debug
-	# estimate, 520 s) and the checks after (49 s in session 33; the
+	# estimate, 520 s) and the checks after (49 s, measured 2026-11-28; the
 	# whole suite took 1,343 s alone). Under-estimating a suite would let it
 	# start and then run into the deadline, a failure; over, a visible
 	# skip. The fuzzer's 1,000 requests: the boot and a third of the

@@ -75,9 +75,9 @@ stock_guest() {
 		return 0
 	fi
 	timeout=$((left + 150))
-	# At most 60 minutes: 40 was too close on a slow host (session 29:
-	# the 6.12 guest hit it during its last suite, beside the debug
-	# guest).
+	# At most 60 minutes: 40 was too close on a slow host (a rehearsal
+	# at 7a4cd65: the 6.12 guest hit it during its last suite, beside
+	# the debug guest).
 	[ "$timeout" -le 3600 ] || timeout=3600
 	echo "# vm-$k: stopped after ${timeout}s at the latest"
 	selftests/vm-run --kernel "$k" --timeout "$timeout" -- \

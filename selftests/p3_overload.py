@@ -277,7 +277,7 @@ GOODPUT_CASES = [
 # guards against (NET_XMIT_CN to the flow that pushed others out) left
 # 0.056 and 0.077, with cwnd 2-4.  The flood also costs the guest CPU that
 # the urgent sender needs: the fixed module kept only 0.84-0.90 in CI
-# (the run after session 29; 0 retransmits, cwnd near alone's) and
+# (one run of 2026-11-27; 0 retransmits, cwnd near alone's) and
 # 0.775-0.847 in a guest of its own on a slow day: the bound sits
 # between.  What priority promises exactly, that no urgent packet is
 # dropped, is checked exactly.

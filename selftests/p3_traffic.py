@@ -597,7 +597,7 @@ def test_gc_100k_flows(chk):
     # In C and in well under a second, so that the flows turn stale
     # together and the GC, not a lookup, has to free them.  The debug
     # kernel under single-thread TCG needs about a minute for the 100,000
-    # (94,208 by a 60 s cap in session 10): -n ends it, -t only bounds it.
+    # (94,208 by the earlier 60 s cap): -n ends it, -t only bounds it.
     sent = udpflood(f"-d {FORWARDED.split('/')[0]} -p 9 -u 100000 "
                     "-n 100000 -t 300")
     spray_s = sent["seconds"]

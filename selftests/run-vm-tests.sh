@@ -27,8 +27,8 @@ done
 rc=0
 
 # run SECONDS CMD...: SECONDS is what the suite takes in a stock kernel's
-# guest on our 2-core machine beside make check's debug guest (session
-# 30's rehearsal of CI there, the slower of 6.1 and 6.12), for the
+# guest on our 2-core machine beside make check's debug guest (the
+# rehearsal of CI at 92553ba, the slower of 6.1 and 6.12), for the
 # deadline.
 run() {
 	local est=$1 t0=$SECONDS need suite
@@ -46,7 +46,7 @@ run() {
 }
 
 # est STOCK DEBUG: a suite's estimate on this kernel. The debug kernel's
-# are the --quick suites alone on our 2-core machine (session 33:
+# are the --quick suites alone on our 2-core machine (2026-11-28:
 # traffic 568 and 647 s with own_rate (63 and 91 s of them), 456 without,
 # overload 294, deadline 225, libp3 169 and 191); the pace of
 # the suites before scales them as it does the stock ones.
@@ -75,7 +75,7 @@ fi
 # pacer's accuracy, alone and beside small urgent packets (p3's own
 # pacer sets strict_priority's link rate; the stock kernels measure its
 # accuracy: on this one the guest is too short of CPU to, and a 12 s
-# window came out 1.7% slow in session 33), and the prio control (no p3
+# window came out 1.7% slow on 2026-11-28), and the prio control (no p3
 # code at all). Of the overload accounting
 # cases (5 parents, each overflowed by packet count and by memory) it
 # runs each parent once and each way of overflowing at least twice:

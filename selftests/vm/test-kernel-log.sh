@@ -41,7 +41,7 @@ warning() {
 }
 
 echo "TAP version 13"
-# CI's 6.12 guest, session 28 (see kernel-log.sh).
+# CI's 6.12 guest, the death 96674f3 answers (see kernel-log.sh).
 oops 04c47406 >"$dir/ci"
 impossible_cpu_state "$dir/ci"
 check $? "EFLAGS 04c47406 (bits 22, 23, 26) is the emulator's"
