@@ -103,5 +103,8 @@ run_python torch "$HERE/test_torch.py"
 # Slim-DP sparsification and stats() (bytes, determinism, hostile slices).
 run_python torch-sparse "$HERE/test_torch_sparse.py"
 run_python torch-dlcp "$HERE/test_torch_dlcp.py"
+# The habits of a DDP script (schedulers, accumulation, clipping, buffers,
+# unused parameters, bfloat16, resume), each against DDP.
+run_python torch-habits "$HERE/test_torch_habits.py"
 
 exit $failed

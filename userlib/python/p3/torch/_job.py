@@ -77,7 +77,13 @@ def broadcast(tensors, root_rank=0):
     init's timeout); a lost peer is a PeerError, as in the exchange."""
     try:
         for t in tensors:
-            dist.broadcast(t.data, root_rank)
+            if t.dtype == torch.bfloat16:
+                # Gloo has no bfloat16; float32 holds each value exactly.
+                wide = t.data.float()
+                dist.broadcast(wide, root_rank)
+                t.data.copy_(wide)
+            else:
+                dist.broadcast(t.data, root_rank)
     except RuntimeError as e:
         raise PeerError('p3.torch: rank %d: a broadcast failed: %s'
                         % (_state['rank'], e)) from e

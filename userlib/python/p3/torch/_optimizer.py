@@ -201,6 +201,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._skipping = False
         self._idle = set()          # no rank had a gradient: not updated
         self._unapplied = set()     # averaged for the last step, not applied
+        self._step_options = []     # param_groups' options at that step()
         self._hooks = []
         # Horovod's trick: the AccumulateGrad node's hook runs once p.grad
         # holds this backward's gradient (torch 1.13 has no
@@ -268,13 +269,32 @@ class DistributedOptimizer(torch.optim.Optimizer):
         chosen = done - self._idle
         saved = [p.grad for p in self._params]
         for i, p in enumerate(self._params):
-            p.grad = self._average(i) if i in chosen else None
-        with torch.no_grad():
+            # One no rank had a gradient for keeps the caller's .grad
+            # (None, or zeros after zero_grad(set_to_none=False)), as DDP
+            # leaves it; the others wait for their turn without one.
+            p.grad = (self._average(i) if i in chosen else
+                      saved[i] if i in done else None)
+        with torch.no_grad(), self._hyperparameters_of_step():
             self._opt.step()
         for i, p in enumerate(self._params):
             p.grad = None if i in done else saved[i]
         self._unapplied -= done
         self._ex.recycle(indices, self._step - 1)
+
+    @contextlib.contextmanager
+    def _hyperparameters_of_step(self):
+        """The learning rates (and every other group option) as they were
+        at step(): p3 applies a layer's update in the next forward,
+        after a scheduler has moved them on."""
+        now = [{k: v for k, v in g.items() if k != 'params'}
+               for g in self.param_groups]
+        for g, then in zip(self.param_groups, self._step_options):
+            g.update(then)
+        try:
+            yield
+        finally:
+            for g, opts in zip(self.param_groups, now):
+                g.update(opts)
 
     def _apply_pending(self):
         """Apply what the last step averaged and no forward has applied."""
@@ -322,6 +342,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise RuntimeError('p3.torch: step() under skip_synchronize() '
                                'needs synchronize() after the backward pass')
         self._end_backward()
+        self._step_options = [{k: v for k, v in g.items() if k != 'params'}
+                              for g in self.param_groups]
         self._unapplied = set(range(len(self._params)))
         if self._schedule == 'fifo':
             self._apply(sorted(self._unapplied), wait=True)
