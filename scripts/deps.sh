@@ -32,6 +32,7 @@ declare -A why=(
 	[python3-numpy]="benchmarks and the training emulation"
 	[python3-matplotlib]="the demo's plots"
 	[python3-torch]="p3.torch and real training"
+	[python3-torchvision]="the torchvision models of bench/ddp and examples/ddp_train.py"
 	[python3-sklearn]="the digits data set of the training example"
 	[groff-base]="checks the man pages"
 	[man-db]="checks the man pages"

@@ -25,6 +25,7 @@ Both schedules, fifo and p3, run every case; "equal" is bitwise.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -390,8 +391,9 @@ def check_cases(res):
         ddp = get(res[0], 'bfloat16', 'ddp')
         mine = get(res[0], 'bfloat16', kind)
         err = rel_err(mine, ddp) if mine and ddp else 1.0
-        ok(err <= 2 ** -7, 'bfloat16: %s: within bfloat16\'s rounding of DDP in float32 '
-           '(max relative difference %.2g, bound %.2g)' % (kind, err, 2 ** -7))
+        ok(err <= 2 ** -7, 'bfloat16: %s: within bfloat16\'s rounding of DDP '
+           'in float32 (max relative difference %.2g, bound %.2g)'
+           % (kind, err, 2 ** -7))
 
 
 def cases():
@@ -420,5 +422,48 @@ def cases():
        'checkpoint: the uninterrupted p3 run equals DDP\'s bitwise')
 
 
+def launch(example, *args):
+    """examples/EXAMPLE under p3torchrun, two ranks; its exit status."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = os.path.join(here, '..', '..')
+    p = subprocess.run(
+        [os.path.join(top, 'userlib', 'cli', 'p3torchrun'), '--nproc_per_node',
+         str(WORLD), '--master_port', str(tt.free_port()),
+         os.path.join(top, 'examples', example)] + list(args),
+        env=dict(os.environ, PYTHONWARNINGS='ignore::RuntimeWarning'),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        timeout=600)
+    if p.returncode:
+        print('# ' + '\n# '.join(p.stderr.splitlines()[-5:]))
+    return p.returncode
+
+
+def migration():
+    """The docs' DDP script and its move to p3.torch train alike, and the
+    moved one resumes from its checkpoint (docs/torch.md)."""
+    tmp = tempfile.mkdtemp(prefix='p3t-migrate-')
+    got = {}
+    for name, args in (('ddp', ['ddp_train.py']), ('p3', ['p3_train.py']),
+                       ('p3 2', ['p3_train.py', '--steps', '2']),
+                       ('p3 2+1', ['p3_train.py', '--steps', '3'])):
+        ck = ['--checkpoint', os.path.join(tmp, 'ck.pt')] if name[-1] in '21' \
+            else []
+        out = os.path.join(tmp, name.replace(' ', '_') + '.pt')
+        if launch(*(args + (['--steps', '3'] if len(args) == 1 else [])
+                    + ck + ['--save-params', out])) == 0:
+            got[name] = torch.cat([t.reshape(-1) for t in torch.load(out)])
+    ok('ddp' in got and 'p3' in got and
+       rel_err(got['p3'].tolist(), got['ddp'].tolist()) <= 1e-6,
+       'examples: p3_train.py (accumulation 2, clipping, StepLR, resnet18) '
+       'within 1e-6 of ddp_train.py after 3 steps%s' % (
+           ' (max relative difference %.2g)' % rel_err(
+               got['p3'].tolist(), got['ddp'].tolist())
+           if 'ddp' in got and 'p3' in got else ': %s failed'
+           % sorted({'ddp', 'p3'} - set(got))))
+    ok('p3 2+1' in got and 'p3' in got and torch.equal(got['p3 2+1'], got['p3']),
+       'examples: p3_train.py resumed from its step-2 checkpoint ends '
+       'bitwise equal to 3 steps uninterrupted')
+
+
 if __name__ == '__main__':
-    sys.exit(tt.run_script([cases], worker))
+    sys.exit(tt.run_script([cases, migration], worker))

@@ -147,11 +147,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         names = {p: n for n, p in model.named_parameters()}
         self._names = [names[p] for p in self._params]
         index = {p: i for i, p in enumerate(self._params)}
-        for g in optimizer.param_groups:
+        group_of = {}
+        for k, g in enumerate(optimizer.param_groups):
             for p in g['params']:
                 if p.requires_grad and p not in index:
                     raise ValueError('p3.torch: the optimizer holds a parameter '
                                      'that is not in the model')
+                group_of[p] = k
+        # Each parameter's group in the wrapped optimizer (None: it has
+        # none, and is averaged but not updated).
+        self._group_of = [group_of.get(p) for p in self._params]
         dtypes = np_dtypes(self._params)
         if (sparsify or lossy) and any(p.dtype == torch.bfloat16
                                        for p in self._params):
@@ -261,40 +266,45 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _apply(self, indices, wait):
         """Update parameters indices with their averaged gradients, through
-        the wrapped optimizer (parameters without a gradient are skipped
-        by every torch.optim update, so the others are untouched)."""
+        the wrapped optimizer shown those parameters alone: a step over
+        every parameter for each layer would walk the whole model once a
+        layer (a small model's step is mostly that walk)."""
         if wait:
             self._ex.wait(indices, self._deadline())
-        done = set(indices)
-        chosen = done - self._idle
-        saved = [p.grad for p in self._params]
-        for i, p in enumerate(self._params):
+        shown = [[] for _ in self.param_groups]
+        for i in indices:
+            p = self._params[i]
             # One no rank had a gradient for keeps the caller's .grad
             # (None, or zeros after zero_grad(set_to_none=False)), as DDP
-            # leaves it; the others wait for their turn without one.
-            p.grad = (self._average(i) if i in chosen else
-                      saved[i] if i in done else None)
-        with torch.no_grad(), self._hyperparameters_of_step():
+            # leaves it.
+            if i not in self._idle:
+                p.grad = self._average(i)
+            if self._group_of[i] is not None:
+                shown[self._group_of[i]].append(p)
+        with torch.no_grad(), self._as_at_step(shown):
             self._opt.step()
-        for i, p in enumerate(self._params):
-            p.grad = None if i in done else saved[i]
-        self._unapplied -= done
+        for i in indices:
+            self._params[i].grad = None
+        self._unapplied.difference_update(indices)
         self._ex.recycle(indices, self._step - 1)
 
     @contextlib.contextmanager
-    def _hyperparameters_of_step(self):
-        """The learning rates (and every other group option) as they were
-        at step(): p3 applies a layer's update in the next forward,
-        after a scheduler has moved them on."""
-        now = [{k: v for k, v in g.items() if k != 'params'}
-               for g in self.param_groups]
-        for g, then in zip(self.param_groups, self._step_options):
-            g.update(then)
+    def _as_at_step(self, shown):
+        """The param_groups holding only the parameters shown, with the
+        learning rates (and every other option) they had at step(): p3
+        applies a layer's update in the next forward, after a scheduler
+        has moved them on."""
+        groups = self.param_groups
+        now = [dict(g) for g in groups]
+        for k, g in enumerate(groups):
+            if k < len(self._step_options):
+                g.update(self._step_options[k])
+            g['params'] = shown[k]
         try:
             yield
         finally:
-            for g, opts in zip(self.param_groups, now):
-                g.update(opts)
+            for g, was in zip(groups, now):
+                g.update(was)
 
     def _apply_pending(self):
         """Apply what the last step averaged and no forward has applied."""

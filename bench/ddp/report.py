@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""The table (markdown) and plot of bench/ddp's results.jsonl: each
+model and link point, DDP's seconds a step and each p3.torch schedule's
+speed against it (DDP's time over its own: above 1 is faster), the
+rounds' range in brackets, and whether its parameters ended bitwise
+equal to DDP's.
+
+    bench/ddp/report.py [--png FILE] build/bench-ddp/results.jsonl
+"""
+import argparse
+import json
+from collections import defaultdict
+
+MODES = ('fifo', 'p3')
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def groups(rows):
+    """{(model, point): {'mbit', 'compute_s', mode: [per-round rows]}}"""
+    out = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r['tag'] == 'compute':
+            continue
+        tag = json.loads(r['tag'])
+        g = out[r['model'], tag['point']]
+        g['mbit'], g['compute_s'] = tag['mbit'], tag['compute_s']
+        g['where'], g['upload'] = tag['where'], tag['upload']
+        g[r['mode']].append(r)
+    return out
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def speeds(g, mode):
+    """Each round's DDP time over mode's, paired by round."""
+    return [d['mean_s'] / m['mean_s'] for d, m in zip(g['ddp'], g[mode])]
+
+
+def table(rows):
+    lines = ['| model | link | compute s/step | DDP s/step | '
+             + ' | '.join('%s ÷ DDP (rounds)' % m for m in MODES)
+             + ' | params = DDP\'s |',
+             '|---|---|---:|---:|' + '---:|' * len(MODES) + '---|']
+    for (model, point), g in groups(rows).items():
+        if not g['ddp']:
+            continue
+        link = ('%.0f Mbit/s' % g['mbit'] if g['mbit'] else 'unshaped veth')
+        cells = []
+        for m in MODES:
+            s = speeds(g, m)
+            cells.append('%.2f× (%.2f–%.2f)' % (
+                mean([d['mean_s'] for d in g['ddp']]) /
+                mean([r['mean_s'] for r in g[m]]), min(s), max(s))
+                if s else '–')
+        equal = all(r['digest'] == g['ddp'][0]['digest']
+                    for m in ('ddp',) + MODES for r in g[m])
+        lines.append('| %s | %s (%s)%s | %.3f | %.3f | %s | %s |' % (
+            model, link, point, ', upload' if g['upload'] else '',
+            g['compute_s'], mean([d['mean_s'] for d in g['ddp']]),
+            ' | '.join(cells), 'bitwise' if equal else 'no'))
+    return '\n'.join(lines)
+
+
+def plot(rows, png):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    gs = [(k, g) for k, g in groups(rows).items() if g['ddp']]
+    fig, ax = plt.subplots(figsize=(1.6 * len(gs) + 2, 3.6))
+    width = 0.8 / len(MODES)
+    for j, m in enumerate(MODES):
+        vals = [mean([d['mean_s'] for d in g['ddp']]) /
+                mean([r['mean_s'] for r in g[m]]) for _, g in gs]
+        ax.bar([i + (j - (len(MODES) - 1) / 2) * width for i in range(len(gs))],
+               vals, width, label='p3.torch ' + m)
+    ax.axhline(1.0, color='k', lw=0.8, ls='--', label='DDP')
+    ax.set_xticks(range(len(gs)))
+    ax.set_xticklabels(['%s\n%s' % (k[0], '%.0f Mbit/s' % g['mbit']
+                                    if g['mbit'] else 'unshaped')
+                        for k, g in gs], fontsize=8)
+    ax.set_ylabel('speed ÷ DDP\'s')
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument('results')
+    ap.add_argument('--png')
+    a = ap.parse_args()
+    rows = load(a.results)
+    print(table(rows))
+    if a.png:
+        plot(rows, a.png)
+
+
+if __name__ == '__main__':
+    main()
