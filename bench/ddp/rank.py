@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -27,8 +28,10 @@ from models import MODELS, model_bytes  # noqa: E402
 
 def thread_cpu():
     """{thread name: CPU seconds} of this process, C threads (libp3's,
-    Gloo's) included; threads of one name are summed."""
+    Gloo's) included; threads of one name are summed.  Python threads go
+    by their threading name (the kernel knows them all as python3)."""
     tick = os.sysconf('SC_CLK_TCK')
+    named = {t.native_id: t.name for t in threading.enumerate()}
     out = {}
     for tid in os.listdir('/proc/self/task'):
         try:
@@ -36,7 +39,7 @@ def thread_cpu():
                 stat = f.read()
         except OSError:
             continue            # it ended meanwhile
-        name = stat[stat.index('(') + 1:stat.rindex(')')]
+        name = named.get(int(tid), stat[stat.index('(') + 1:stat.rindex(')')])
         fields = stat[stat.rindex(')') + 2:].split()
         # utime and stime: fields 14 and 15 of stat(5), 12 and 13 here.
         out[name] = out.get(name, 0) + (int(fields[11]) + int(fields[12])) / tick

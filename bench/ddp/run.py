@@ -8,8 +8,9 @@ and p3.torch p3, side by side in one run, at each link point:
 
   balanced  each egress shaped (tbf over pfifo, or --qdisc p3: sch_p3
             pacing at the rate) so that one step's exchange takes about
-            one compute-only step: each rank sends the model's bytes a
-            step, DDP's ring and p3.torch's owners alike
+            one compute-only step (both ranks computing at once, with no
+            exchange): each rank sends the model's bytes a step, DDP's
+            ring and p3.torch's owners alike
   fast      the veth unshaped: compute-bound
 
 On this host natively (sch_p3 cannot load here, so the order is libp3's
@@ -76,12 +77,12 @@ def shape(mbit, qdisc):
 
 
 def run_ranks(mode, model, args, out, tag, port):
-    """Both ranks of one run (compute: rank 0 alone); returns when both
-    are done, raising if either failed."""
-    world = 1 if mode == 'compute' else 2
+    """Both ranks of one run (compute: each alone, at once, so that the
+    two share the CPU as in training); returns when both are done,
+    raising if either failed."""
     procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE='2',
                    MASTER_ADDR=ADDR[0], MASTER_PORT=str(port),
                    GLOO_SOCKET_IFNAME='eth0', OMP_NUM_THREADS='1',
                    PYTHONPATH=os.path.join(TOP, 'userlib', 'python'),
@@ -131,10 +132,13 @@ def main():
                     help='profile each rank\'s Python threads (rank.py)')
     ap.add_argument('--out', default=os.path.join(TOP, 'build', 'bench-ddp',
                                                   'results.jsonl'))
+    ap.add_argument('--append', action='store_true',
+                    help='add to --out rather than start it afresh')
     ap.add_argument('--png', default=None, help='the plot (report.py)')
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    open(args.out, 'w').close()
+    if not args.append:
+        open(args.out, 'w').close()
     where = 'vm' if args.qdisc == 'p3' else 'host'
     topology()
     load = upload(args.upload)

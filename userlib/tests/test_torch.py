@@ -314,6 +314,7 @@ def main():
        'p3: rank 1 hangs (SIGSTOP) in step 2; rank 0 raises %s after %.1f s '
        '(timeout 10 s): %s' % (r0.get('error'), took, r0.get('message', '')))
     launcher_mends_std()
+    surface()
     forward_order_levels()
     tail_first_layout()
     ranks_agree_on_plan()
@@ -321,6 +322,16 @@ def main():
     accuracy()
     print('1..%d' % n)
     return 1 if failed else 0
+
+
+def surface():
+    """Every name of p3.torch's __all__, and the ones bench/torch uses
+    (ORDER), import as they did before the package was split."""
+    import p3.torch as p3t
+    names = list(p3t.__all__) + ['ORDER']
+    missing = [k for k in names if not hasattr(p3t, k)]
+    ok(not missing and p3t.ORDER == 'tail-first',
+       'p3.torch provides %d names (missing: %s)' % (len(names), missing))
 
 
 class HeadFirst(torch.nn.Module):

@@ -27,6 +27,7 @@ and the ranks' agreement on one plan), _order (forward order), _slimdp
 and _sparse (Slim-DP), _dlcp (bounded loss), run (p3torchrun).
 """
 from ._exchange import PeerError, StepTimeout
+from ._layout import ORDER   # the planner's default order
 from ._job import (DEFAULT_TIMEOUT, NotInitializedError, broadcast_parameters,
                    init, rank, shutdown, size)
 from ._optimizer import DistributedOptimizer

@@ -209,8 +209,10 @@ class Exchange:
                     continue
                 if self.lay.owner[m] == self.rank:
                     # The reducer resets the count when it has summed.
+                    # It is woken once for what queues before it looks
+                    # (a wake-up costs the GIL a round trip).
+                    local = local or not self._local
                     self._local.append((m, it))
-                    local = True
                 else:
                     self.local_left[m] = len(self.lay.msg_tensors[m])
                     pushes.append(m)

@@ -251,7 +251,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         def pre_hook(module, inputs):
             pending = [i for i in own if i in self._unapplied]
             if pending:
-                self._apply(pending, wait=True)
+                # With this module's update, every other one averaged
+                # already: one step of the wrapped optimizer for many
+                # layers (each call costs a walk of its groups).
+                ready = set(self._ex.done_now()) & self._unapplied
+                self._apply(sorted(ready.union(pending)), wait=True)
         return pre_hook
 
     # ------------------------------------------------------- the update
