@@ -6,7 +6,7 @@ speed against it (DDP's time over its own: above 1 is faster), the
 rounds' range in brackets, and whether its parameters ended bitwise
 equal to DDP's.
 
-    bench/ddp/report.py [--png FILE] build/bench-ddp/results.jsonl
+    bench/ddp/report.py [--png FILE] [--threads] build/bench-ddp/results.jsonl
 """
 import argparse
 import json
@@ -68,6 +68,28 @@ def table(rows):
     return '\n'.join(lines)
 
 
+def threads(rows):
+    """Rank 0's CPU seconds a timed step, by thread, the rounds' mean: one
+    line per model, point and mode (the five busiest threads)."""
+    lines = ['| model | link | mode | step s | CPU s | CPU by thread (s) |',
+             '|---|---|---|---:|---:|---|']
+    for (model, point), g in groups(rows).items():
+        for m in ('ddp',) + MODES:
+            runs = g[m]
+            if not runs:
+                continue
+            by = defaultdict(float)
+            for r in runs:
+                for name, v in r['thread_cpu_s'].items():
+                    by[name] += v / len(runs)
+            busiest = sorted(by.items(), key=lambda kv: -kv[1])[:5]
+            lines.append('| %s | %s | %s | %.3f | %.3f | %s |' % (
+                model, point, m, mean([r['mean_s'] for r in runs]),
+                mean([mean(r['cpu_s']) for r in runs]),
+                ', '.join('%s %.3f' % kv for kv in busiest)))
+    return '\n'.join(lines)
+
+
 def plot(rows, png):
     import matplotlib
     matplotlib.use('Agg')
@@ -96,9 +118,14 @@ def main():
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument('results')
     ap.add_argument('--png')
+    ap.add_argument('--threads', action='store_true',
+                    help='also where each mode\'s CPU went, by thread')
     a = ap.parse_args()
     rows = load(a.results)
     print(table(rows))
+    if a.threads:
+        print()
+        print(threads(rows))
     if a.png:
         plot(rows, a.png)
 

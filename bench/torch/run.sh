@@ -12,16 +12,16 @@
 # or at a fixed rate, recording the link for bench/torch/timeline.py:
 #   bench/torch/run.sh --mbit 10 --bulk 0 --modes fifo,p3user,p3kernel --timeline
 # or, bounded loss and Slim-DP beside microbursts and under netem loss
-# (docs/benchmarks.md, "DLCP and Slim-DP under pressure"):
+# (the report as of 216191b, "DLCP and Slim-DP under pressure"):
 #   bench/torch/run.sh --mbit 10 --iters 6 --warmup 1 --bulk 0 \
 #       --modes compute,p3kernel,p3dlcp,slimdp --pressure none,burst,loss
-# or where bounded loss's CPU goes (docs/benchmarks.md, "Where bounded
+# or where bounded loss's CPU goes (the report as of 216191b, "Where bounded
 # loss's CPU goes, by thread"): --sample profiles p3.torch's threads, and
 # report.py prints each thread's CPU and wake-ups a step:
 #   bench/torch/run.sh --mbit 10 --iters 9 --warmup 1 --bulk 0 --spare-band \
 #       --deadline 0.5 --batch 2 --modes p3dlcp --sample
 # or what the slow steps are made of beside bursts at the job's most urgent
-# level (docs/benchmarks.md, "What the slow steps are made of"):
+# level (the report as of 216191b, "What the slow steps are made of"):
 #   bench/torch/run.sh --mbit 10 --iters 26 --warmup 1 --bulk 0 --spare-band \
 #       --deadline 0.5 --batch 2 --pressure burst --burst-level 0 \
 #       --burst-every 4 --modes p3kernel,p3dlcp --loss-tolerance 0.1

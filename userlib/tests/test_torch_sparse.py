@@ -267,7 +267,7 @@ def jobs():
 def accuracy():
     """Slim-DP still learns. Whether the residual helps is a benchmark
     (bench/accuracy): single runs differ with the host's floating point,
-    and on session 29's host seed 0 reached 96.1% without it, 95.6% with."""
+    and on one host seed 0 reached 96.1% without it, 95.6% with."""
     rc, epochs, acc, out = tt.digits('--sparsify', 'slimdp')
     per_it = [line for line in out.splitlines() if line.startswith('stats')]
     ok(rc == 0 and acc > 90,
