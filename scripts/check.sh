@@ -34,6 +34,7 @@ suite userlib make --no-print-directory -C userlib check WERROR=1 BUILD="$top/bu
 suite units dist/test_units.sh "$top/build/userlib/p3ctl"
 suite deb dist/test_deb.sh
 suite models /usr/bin/python3 bench/train/test_models.py
+suite scale /usr/bin/python3 bench/scale/test_project.py
 suite vm-tools selftests/vm/test-kernel-log.sh
 suite time-budget scripts/test-time-budget.sh
 # The debug-kernel pass (make check-debug), CI-sized, in two parts. Its
