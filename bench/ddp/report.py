@@ -21,13 +21,13 @@ def load(path):
 
 
 def groups(rows):
-    """{(model, point): {'mbit', 'compute_s', mode: [per-round rows]}}"""
+    """{(model, point, upload): {'mbit', 'compute_s', mode: [rows]}}"""
     out = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r['tag'] == 'compute':
             continue
         tag = json.loads(r['tag'])
-        g = out[r['model'], tag['point']]
+        g = out[r['model'], tag['point'], tag['upload']]
         g['mbit'], g['compute_s'] = tag['mbit'], tag['compute_s']
         g['where'], g['upload'] = tag['where'], tag['upload']
         g[r['mode']].append(r)
@@ -48,7 +48,7 @@ def table(rows):
              + ' | '.join('%s ÷ DDP (rounds)' % m for m in MODES)
              + ' | params = DDP\'s |',
              '|---|---|---:|---:|' + '---:|' * len(MODES) + '---|']
-    for (model, point), g in groups(rows).items():
+    for (model, point, _), g in groups(rows).items():
         if not g['ddp']:
             continue
         link = ('%.0f Mbit/s' % g['mbit'] if g['mbit'] else 'unshaped veth')
@@ -73,7 +73,7 @@ def threads(rows):
     line per model, point and mode (the five busiest threads)."""
     lines = ['| model | link | mode | step s | CPU s | CPU by thread (s) |',
              '|---|---|---|---:|---:|---|']
-    for (model, point), g in groups(rows).items():
+    for (model, point, upload), g in groups(rows).items():
         for m in ('ddp',) + MODES:
             runs = g[m]
             if not runs:
@@ -83,8 +83,8 @@ def threads(rows):
                 for name, v in r['thread_cpu_s'].items():
                     by[name] += v / len(runs)
             busiest = sorted(by.items(), key=lambda kv: -kv[1])[:5]
-            lines.append('| %s | %s | %s | %.3f | %.3f | %s |' % (
-                model, point, m, mean([r['mean_s'] for r in runs]),
+            lines.append('| %s | %s%s | %s | %.3f | %.3f | %s |' % (
+                model, point, ', upload' if upload else '', m, mean([r['mean_s'] for r in runs]),
                 mean([mean(r['cpu_s']) for r in runs]),
                 ', '.join('%s %.3f' % kv for kv in busiest)))
     return '\n'.join(lines)
@@ -104,8 +104,9 @@ def plot(rows, png):
                vals, width, label='p3.torch ' + m)
     ax.axhline(1.0, color='k', lw=0.8, ls='--', label='DDP')
     ax.set_xticks(range(len(gs)))
-    ax.set_xticklabels(['%s\n%s' % (k[0], '%.0f Mbit/s' % g['mbit']
-                                    if g['mbit'] else 'unshaped')
+    ax.set_xticklabels(['%s\n%s%s' % (k[0], '%.0f Mbit/s' % g['mbit']
+                                      if g['mbit'] else 'unshaped',
+                                      ', upload' if k[2] else '')
                         for k, g in gs], fontsize=8)
     ax.set_ylabel('speed ÷ DDP\'s')
     ax.legend(fontsize=8)
