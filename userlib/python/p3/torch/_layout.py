@@ -3,7 +3,7 @@
 messages, and every message owned (summed) by one rank.
 
 Every rank builds the same layout from the same tensor sizes and
-arguments; the ranks compare digest()s once (p3.torch._same_plan) to
+arguments; the ranks compare digest()s once (p3.torch._setup.same_plan) to
 be sure they did.  Wire ids: slice s travels to its owner as tensor
 id s (a push) and back to every rank as id NS + s (a pull).
 """
