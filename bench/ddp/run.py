@@ -47,7 +47,7 @@ def sh(*argv, check=True, **kw):
 
 
 def topology():
-    for i, ns in enumerate(NS):
+    for ns in NS:
         sh('ip', 'netns', 'del', ns, check=False, stderr=subprocess.DEVNULL)
         sh('ip', 'netns', 'add', ns)
     sh('ip', 'link', 'add', 'eth0', 'netns', NS[0], 'type', 'veth', 'peer',

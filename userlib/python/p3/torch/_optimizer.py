@@ -201,7 +201,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         n = len(self._params)
         self._step = 0
         self._passes = [0] * n      # backward passes each has had this step
-        self._backward = False      # a backward since the last step()
         self._synced = False        # synchronize() put the averages in .grad
         self._skipping = False
         self._idle = set()          # no rank had a gradient: not updated
@@ -236,7 +235,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, i):
         def hook(*_):
-            self._backward = True
             self._passes[i] += 1
             if self._passes[i] == self._passes_per_step:
                 self._ex.gradient(i, self._params[i].grad, self._step)
@@ -341,7 +339,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             idle = _job.all_true(flags)
             self._idle = {i for i in absent if idle[i]}
         self._passes = [0] * len(self._params)
-        self._backward = False
         self._step += 1
 
     def step(self, closure=None):
@@ -374,7 +371,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         them first, under skip_synchronize() as Horovod's users do).
         After step(): wait until every parameter holds that step's
         update."""
-        if self._backward:
+        if any(self._passes):     # between backward and step()
             self._end_backward()
             every = range(len(self._params))
             self._ex.wait(every, self._deadline())
