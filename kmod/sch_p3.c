@@ -69,11 +69,12 @@
 #define P3_STAMP_SHIFT	10
 #define P3_STAMP_BITS	25
 #define P3_STAMP_MASK	((1U << P3_STAMP_BITS) - 1)
-/* Expired packets one dequeue drops at most: they are dropped under the
- * root lock, and a band full of them must not stall the device for a
- * whole queue's worth.  The watchdog brings the next dequeue at once.
+/* Expired packets one dequeue drops, and one peek steps over, at most:
+ * the root lock is held, and a band full of them must not stall the
+ * device for a whole queue's worth.  A peek that steps over this many
+ * returns the last of them, which is then sent late (p3_scan()).
  */
-#define P3_EXPIRE_BATCH	64
+#define P3_EXPIRE_BATCH	256
 
 /* Per-packet state, in the qdisc-private part of skb->cb.  Packed so that
  * two links, the band and a time stamp fit its 20 bytes; the links stay
@@ -105,6 +106,7 @@ struct p3_flow {
 	unsigned long		idle_since;	/* jiffies, valid if !qlen */
 	u32			qlen;
 	u32			backlog;	/* bytes */
+	u32			memory;		/* truesize of its packets */
 	int			deficit;
 	u16			size_slot;	/* band * P3_SIZE_CLASSES + class */
 	u8			band;		/* served from, valid if qlen */
@@ -115,6 +117,7 @@ struct p3_band {
 	u32				sizes;	/* bit c: a flow of class c */
 	u32				deadline;	/* stamp units, 0: reliable */
 	u32				deadline_us;	/* as configured */
+	u32				memory;	/* truesize of its packets */
 	struct gnet_stats_basic_sync	bstats;	/* sent from this band */
 	struct gnet_stats_queue		qstats;	/* qlen, backlog, drops */
 };
@@ -139,10 +142,12 @@ struct p3_sched_data {
 	u32			paced_max_len;	/* pacer: largest packet seen */
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
-	/* The packet the last peek returned, which the dequeue after it
-	 * must send, expired or not: the parent charged its length.
+	/* The packet the last peek returned, and its flow (NULL: the lone
+	 * packet), which the dequeue after it must send, expired or not:
+	 * the parent charged its length.  Overflow never pushes it out.
 	 */
 	struct sk_buff		*peeked;
+	struct p3_flow		*peeked_flow;
 	/* A packet that found the qdisc empty, held outside the flow table
 	 * (p3_hold_lone()); no flow holds packets while it is set.
 	 */
@@ -561,21 +566,23 @@ p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
 }
 
 static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
-			u32 bytes)
+			u32 bytes, u32 memory)
 {
 	struct gnet_stats_queue *qs = &q->bands[band].qstats;
 
 	qs->qlen += qlen;
 	qs->backlog += bytes;
+	q->bands[band].memory += memory;
 }
 
 static void p3_band_sub(struct p3_sched_data *q, u8 band, u32 qlen,
-			u32 bytes)
+			u32 bytes, u32 memory)
 {
 	struct gnet_stats_queue *qs = &q->bands[band].qstats;
 
 	qs->qlen -= qlen;
 	qs->backlog -= bytes;
+	q->bands[band].memory -= memory;
 	if (list_empty(&q->bands[band].flows))
 		q->active &= ~BIT_ULL(band);
 }
@@ -589,8 +596,8 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
 	list_move_tail(&flow->band_node, &q->bands[band].flows);
 	flow->band = band;
 	q->active |= BIT_ULL(band);
-	p3_band_sub(q, old, flow->qlen, flow->backlog);
-	p3_band_add(q, band, flow->qlen, flow->backlog);
+	p3_band_sub(q, old, flow->qlen, flow->backlog, flow->memory);
+	p3_band_add(q, band, flow->qlen, flow->backlog, flow->memory);
 	p3_size_refile(q, flow);
 }
 
@@ -649,8 +656,9 @@ static __always_inline void p3_flow_push(struct p3_sched_data *q,
 	}
 	flow->qlen++;
 	flow->backlog += len;
+	flow->memory += skb->truesize;
 	p3_size_refile(q, flow);
-	p3_band_add(q, flow->band, 1, len);
+	p3_band_add(q, flow->band, 1, len, skb->truesize);
 	q->memory_usage += skb->truesize;
 }
 
@@ -665,31 +673,24 @@ static u8 p3_flow_min_band(const struct p3_sched_data *q,
 }
 
 /*
- * Unlinks the head packet of @flow and does all backlog accounting: flow,
- * band, qdisc and memory.  An emptied flow leaves its band; a flow whose
- * urgent packets are gone returns to the band of its most urgent rest.
+ * The accounting of @skb, just unlinked from @flow (served from @band):
+ * flow, band, qdisc and memory.  An emptied flow leaves its band; a flow
+ * whose urgent packets are gone returns to the band of its most urgent
+ * rest.
  */
-static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
-						    struct p3_flow *flow)
+static __always_inline void p3_flow_unlinked(struct Qdisc *sch,
+					     struct p3_flow *flow,
+					     struct sk_buff *skb, u8 band)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct sk_buff *skb = flow->head;
 	u32 len = qdisc_pkt_len(skb);
-	u8 band = flow->band;
 
-	flow->head = skb->next;
 	skb_mark_not_on_list(skb);
 	if (skb == q->peeked)
 		q->peeked = NULL;
-	if (flow->min_head == skb) {
-		flow->min_head = p3_cb(skb)->min_next;
-		if (flow->min_head)
-			p3_cb(flow->min_head)->min_prev = NULL;
-		else
-			flow->min_tail = NULL;
-	}
 	flow->qlen--;
 	flow->backlog -= len;
+	flow->memory -= skb->truesize;
 	q->memory_usage -= skb->truesize;
 	sch->q.qlen--;
 	qdisc_qstats_backlog_dec(sch, skb);
@@ -698,10 +699,72 @@ static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
 		p3_flow_idle(q, flow);
 		q->flows_active--;
 	}
-	p3_band_sub(q, band, 1, len);
+	p3_band_sub(q, band, 1, len, skb->truesize);
 	if (flow->qlen && p3_flow_min_band(q, flow) != band)
 		p3_flow_move(q, flow, p3_flow_min_band(q, flow));
 	p3_size_refile(q, flow);
+}
+
+/* Unlinks the head packet of @flow, with all its accounting. */
+static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
+						    struct p3_flow *flow)
+{
+	struct sk_buff *skb = flow->head;
+
+	flow->head = skb->next;
+	if (flow->min_head == skb) {
+		flow->min_head = p3_cb(skb)->min_next;
+		if (flow->min_head)
+			p3_cb(flow->min_head)->min_prev = NULL;
+		else
+			flow->min_tail = NULL;
+	}
+	p3_flow_unlinked(sch, flow, skb, flow->band);
+	return skb;
+}
+
+/*
+ * Unlinks the packet after the head of @flow, which holds two or more,
+ * with all its accounting: overflow's victim when the head is the packet
+ * a parent peeked at.  On the minimum deque (see p3_flow_push()) the
+ * packet is taken out, and the head goes to the front if it is now more
+ * urgent than every packet behind it.
+ */
+static noinline struct sk_buff *p3_flow_pop_next(struct Qdisc *sch,
+						 struct p3_flow *flow)
+{
+	struct sk_buff *head = flow->head, *skb = head->next;
+	struct p3_skb_cb *hcb = p3_cb(head), *cb = p3_cb(skb);
+	struct sk_buff *after = skb == flow->min_tail ? NULL : cb->min_next;
+
+	head->next = skb->next;
+	if (flow->tail == skb)
+		flow->tail = head;
+	if (flow->min_head == skb) {
+		flow->min_head = after;
+		if (after)
+			p3_cb(after)->min_prev = NULL;
+		else
+			flow->min_tail = NULL;
+	} else if (flow->min_head == head && flow->min_tail != head &&
+		   hcb->min_next == skb) {
+		hcb->min_next = after;
+		if (after)
+			p3_cb(after)->min_prev = head;
+		else
+			flow->min_tail = head;
+	}
+	if (flow->min_head != head &&
+	    (!flow->min_head || hcb->band < p3_cb(flow->min_head)->band)) {
+		hcb->min_prev = NULL;
+		hcb->min_next = flow->min_head;
+		if (flow->min_head)
+			p3_cb(flow->min_head)->min_prev = head;
+		else
+			flow->min_tail = head;
+		flow->min_head = head;
+	}
+	p3_flow_unlinked(sch, flow, skb, flow->band);
 	return skb;
 }
 
@@ -709,21 +772,43 @@ static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
 /* Enqueue, dequeue and drops                                          */
 /* ------------------------------------------------------------------ */
 
-/* Least urgent band holding packets, or -1. */
-static int p3_least_urgent(const struct p3_sched_data *q)
+/*
+ * The flow of active @band to push a packet out of: a fattest one, unless
+ * its only packet is the one a parent peeked at and charged for, which
+ * stays; then another flow of the band, or NULL.
+ */
+static struct p3_flow *p3_pushable(struct p3_sched_data *q, u8 band)
 {
-	return fls64(q->active) - 1;
+	struct p3_flow *flow = p3_fattest(q, band), *other;
+
+	if (flow->head != q->peeked || flow->qlen > 1)
+		return flow;
+	list_for_each_entry(other, &q->bands[band].flows, band_node)
+		if (other != flow)
+			return other;
+	return NULL;
 }
 
-/* Pushes out the head packet of a fattest flow of @band and adds its
- * length to *@bytes.  Returns that flow.
+/* The packet of @flow overflow pushes out: its head, or the packet after
+ * it if the head is the peeked one.
+ */
+static struct sk_buff *p3_victim_skb(const struct p3_sched_data *q,
+				     const struct p3_flow *flow)
+{
+	return flow->head == q->peeked ? flow->head->next : flow->head;
+}
+
+/* Pushes out p3_victim_skb() of p3_pushable()'s flow of @band, which must
+ * exist, and adds its length to *@bytes.  Returns that flow.
  */
 static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 				    struct sk_buff **to_free)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	struct p3_flow *flow = p3_fattest(q, band);
-	struct sk_buff *skb = p3_flow_pop(sch, flow);
+	struct p3_flow *flow = p3_pushable(q, band);
+	struct sk_buff *skb = flow->head == q->peeked ?
+			      p3_flow_pop_next(sch, flow) :
+			      p3_flow_pop(sch, flow);
 
 	*bytes += qdisc_pkt_len(skb);
 	q->bands[band].qstats.drops++;
@@ -733,41 +818,38 @@ static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 	return flow;
 }
 
-/*
- * The least urgent band, @serve or less urgent, whose fattest flow has a
- * loss-tolerant head packet, or -1.  Only that flow's head is looked at,
- * as only it would be pushed out: a band is skipped, not searched, if
- * that one is reliable.
- */
-static int p3_tolerant_victim(struct p3_sched_data *q, u8 serve)
+/* Bands @serve or less urgent, holding packets. */
+static u64 p3_bands_from(const struct p3_sched_data *q, u8 serve)
 {
-	u64 bands = q->active & q->tolerant & ~(BIT_ULL(serve) - 1);
-	int band;
-
-	while (bands) {
-		band = fls64(bands) - 1;
-		if (p3_tolerant(q, p3_fattest(q, band)->head))
-			return band;
-		bands &= ~BIT_ULL(band);
-	}
-	return -1;
+	return q->active & ~(BIT_ULL(serve) - 1);
 }
 
 /*
  * The band to push a packet out of so that one arriving for a flow
- * served at @serve fits, or -1 if the arriving packet is the one to lose.
- * Never a band more urgent than @serve: strict priority comes first.
- * Among the others, loss-tolerant packets go first, least urgent first,
- * then the least urgent band's.
+ * served at @serve fits, or -1 if none can.  Never a band more urgent
+ * than @serve: strict priority comes first.  Among the others, a
+ * loss-tolerant head packet goes first, least urgent band first (only
+ * the pushable flow's head is looked at, as only it would go), then the
+ * least urgent band's.
  */
 static int p3_victim(struct p3_sched_data *q, u8 serve)
 {
-	int victim = p3_tolerant_victim(q, serve);
+	u64 bands = p3_bands_from(q, serve) & q->tolerant;
+	struct p3_flow *flow;
+	int band;
 
-	if (victim >= 0)
-		return victim;
-	victim = p3_least_urgent(q);
-	return victim < serve ? -1 : victim;
+	for (; bands; bands &= ~BIT_ULL(band)) {
+		band = fls64(bands) - 1;
+		flow = p3_pushable(q, band);
+		if (flow && p3_tolerant(q, p3_victim_skb(q, flow)))
+			return band;
+	}
+	for (bands = p3_bands_from(q, serve); bands; bands &= ~BIT_ULL(band)) {
+		band = fls64(bands) - 1;
+		if (p3_pushable(q, band))
+			return band;
+	}
+	return -1;
 }
 
 /* Which limit admitting @pkts more packets of @truesize bytes in all would
@@ -784,6 +866,35 @@ static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 	return NULL;
 }
 
+/*
+ * Could pushing out packets of bands @serve or less urgent make room for
+ * @skb?  Only then is any pushed out: packets lost to make room for one
+ * that is dropped anyway would be lost for nothing.  Every packet of
+ * those bands can go but the peeked one (p3_pushable()).
+ */
+static bool p3_room_possible(struct Qdisc *sch, struct sk_buff *skb, u8 serve)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct p3_flow *kept = q->peeked ? q->peeked_flow : NULL;
+	u64 bands = p3_bands_from(q, serve);
+	u64 pkts = 0, memory = 0;
+	int band;
+
+	for (; bands; bands &= ~BIT_ULL(band)) {
+		band = __ffs64(bands);
+		pkts += q->bands[band].qstats.qlen;
+		memory += q->bands[band].memory;
+	}
+	if (kept && kept->band >= serve) {
+		pkts--;
+		memory -= q->peeked->truesize;
+	}
+	if (sch->q.qlen + 1 > (u64)sch->limit + pkts)
+		return false;
+	return !q->cfg.memory ||
+	       q->memory_usage + skb->truesize <= (u64)q->cfg.memory + memory;
+}
+
 static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
 		     struct sk_buff *skb, u8 band)
 {
@@ -796,9 +907,9 @@ static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
 
 /*
  * Enqueue when @skb, of @band and for @flow, does not fit: packets are
- * pushed out until it does (p3_victim()), or it is dropped itself.
- * Returns what p3_enqueue() returns.  Out of line, as only overflow
- * comes here: the common path stays short.
+ * pushed out until it does (p3_victim()), if they can make room, else it
+ * is dropped itself.  Returns what p3_enqueue() returns.  Out of line, as
+ * only overflow comes here: the common path stays short.
  */
 static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 				    struct p3_flow *flow, u8 band,
@@ -806,39 +917,30 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	u32 len = qdisc_pkt_len(skb), pushed_len = 0, pushed = 0;
+	/* Overflow never costs a band more urgent than the one this packet
+	 * is served at, as it arrives.
+	 */
+	u8 serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	bool own_loss = false;
-	int victim;
 	u64 *cause;
-	u8 serve;
 
-	/* Overflow never costs a band more urgent than this packet's. */
-	serve = flow->qlen ? min_t(u8, band, flow->band) : band;
+	if (!p3_room_possible(sch, skb, serve)) {
+		(*p3_overlimit(sch, 1, skb->truesize))++;
+		q->bands[serve].qstats.drops++;
+		if (q->tolerant & BIT_ULL(band))
+			q->stats.drops_tolerant++;
+		return qdisc_drop(skb, sch, to_free);
+	}
+	/* It is possible, so p3_victim() finds a band until it fits. */
 	while ((cause = p3_overlimit(sch, 1, skb->truesize))) {
 		(*cause)++;
-		victim = p3_victim(q, serve);
-		if (victim < 0) {
-			q->bands[serve].qstats.drops++;
-			if (q->tolerant & BIT_ULL(band))
-				q->stats.drops_tolerant++;
-			qdisc_drop(skb, sch, to_free);
-			/* The parent counts this packet as dropped and never
-			 * added it, so only the pushed-out ones are reported.
-			 */
-			if (pushed)
-				qdisc_tree_reduce_backlog(sch, pushed,
-							  pushed_len);
-			return NET_XMIT_DROP;
-		}
-		if (p3_drop_from(sch, victim, &pushed_len, to_free) == flow)
+		if (p3_drop_from(sch, p3_victim(q, serve), &pushed_len,
+				 to_free) == flow)
 			own_loss = true;
 		pushed++;
-		/* The flow may have lost its head packet to the limit. */
-		serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	}
 
 	p3_admit(sch, flow, skb, band);
-	if (!pushed)
-		return NET_XMIT_SUCCESS;
 
 	/* Congestion is signalled only to the flow that paid for it (as
 	 * fq_codel does): TCP cuts its window on any positive return, so
@@ -920,6 +1022,8 @@ static noinline bool p3_file_lone(struct p3_sched_data *q)
 	if (unlikely(!flow))
 		return false;
 	q->lone = NULL;
+	if (q->peeked == skb)
+		q->peeked_flow = flow;
 	/* Its band had no deadline when it came, whatever it has now. */
 	p3_flow_push(q, flow, skb, p3_cb(skb)->band, false);
 	return true;
@@ -941,7 +1045,9 @@ static noinline int p3_enqueue_no_flow(struct sk_buff *skb,
 	u8 lone_band = p3_cb(lone)->band;
 
 	q->stats.drops_alloc++;
-	if (band >= lone_band || !p3_may_hold(sch, skb, band)) {
+	/* A peeked lone packet stays: the parent charged for it. */
+	if (band >= lone_band || lone == q->peeked ||
+	    !p3_may_hold(sch, skb, band)) {
 		q->bands[band].qstats.drops++;
 		return qdisc_drop(skb, sch, to_free);
 	}
@@ -1004,13 +1110,15 @@ static u64 p3_pacer_cost(const struct p3_sched_data *q, u32 len)
 	return div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 
-/* Returns true if the pacer lets a packet of len bytes go now. */
-static bool p3_pacer_allows(struct p3_sched_data *q, u32 len)
+/* 0 if the pacer lets a packet of @len bytes go now, else when it will
+ * (ns).  Counts nothing: a peek asks it too.
+ */
+static u64 p3_pacer_due(struct p3_sched_data *q, u32 len)
 {
 	u64 due;
 
 	if (!q->cfg.rate)
-		return true;
+		return 0;
 	/* The bucket must hold a packet waiting at the head before the
 	 * packets charged meanwhile trim it (p3_pacer_charge).
 	 */
@@ -1019,13 +1127,9 @@ static bool p3_pacer_allows(struct p3_sched_data *q, u32 len)
 		q->pace_depth = P3_PACE_HORIZON + p3_pacer_cost(q, len);
 	}
 	if (!q->paid_until)
-		return true;
+		return 0;
 	due = q->paid_until + p3_pacer_cost(q, len);
-	if (ktime_get_ns() >= due)
-		return true;
-	qdisc_watchdog_schedule_ns(&q->watchdog, due);
-	q->stats.throttled++;
-	return false;
+	return ktime_get_ns() >= due ? 0 : due;
 }
 
 static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
@@ -1037,7 +1141,7 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 	now = ktime_get_ns();
 	cost = p3_pacer_cost(q, len);
 	/* Credit for the largest packet, and P3_PACE_HORIZON more (set in
-	 * p3_pacer_allows(), which sees every packet before this).  The
+	 * p3_pacer_due(), which sees every packet before this).  The
 	 * horizon makes up for a watchdog that fires late (without it every
 	 * late timer would lose its lateness for good on packets that take
 	 * longer than the horizon: 1.7% of the rate with 64 KB GSO packets
@@ -1085,76 +1189,115 @@ static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
 }
 
 /*
- * The flow the next dequeue serves, or NULL if none holds packets.
- * DRR's rotation and the dropping of expired packets happen here, so a
- * peek and the dequeue after it pick the same flow: the rotation stops at
- * a flow with credit left, whose head is fresh, or is the packet the peek
- * returned (which the parent has charged for, and which the dequeue
- * sends even if it expired in between).
+ * Dequeue only: drops the expired packets at the heads of the flows DRR
+ * serves next, at most P3_EXPIRE_BATCH (the root lock is held), counting
+ * them into *@n and *@bytes.  It stops at a fresh head, at the peeked
+ * packet (the parent charged for it), and before the last packet queued:
+ * a drop never empties p3, so the parents hear of drops only while p3
+ * still holds packets, and a dequeue that finds only expired packets
+ * sends one rather than nothing.
  */
-static __always_inline struct p3_flow *p3_next_flow(struct Qdisc *sch)
+static void p3_drop_expired(struct Qdisc *sch, u32 *n, u32 *bytes)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	u32 now = 0, dropped = 0, dropped_len = 0;
-	struct p3_flow *flow = NULL;
+	struct p3_flow *flow;
+	u32 now = 0;
 
-	while (q->active) {
+	while (*n < P3_EXPIRE_BATCH && sch->q.qlen > 1) {
 		flow = p3_drr_next(q);
-		/* No band with a deadline, no packet that can expire. */
-		if (!q->tolerant || flow->head == q->peeked ||
-		    !p3_expired(q, flow->head, &now))
-			break;
-		if (dropped == P3_EXPIRE_BATCH) {
-			flow = NULL;
-			break;
-		}
-		p3_expire(sch, flow, &dropped_len);
-		dropped++;
-		flow = NULL;
+		if (flow->head == q->peeked || !p3_expired(q, flow->head, &now))
+			return;
+		p3_expire(sch, flow, bytes);
+		(*n)++;
 	}
-	if (dropped) {
-		/* At once, even when they emptied this qdisc: the parents'
-		 * qlen_notify is idempotent (since 6.1.139 and 6.12.29), and
-		 * a DRR, ETS or HFSC parent told nothing would keep serving
-		 * an empty class.
-		 */
-		qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
-		/* The parent got nothing from this call: a new run serves its
-		 * other classes, or the rest of a batch that ran out.
-		 */
-		if (!flow)
-			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
-	}
-	return flow;
 }
 
-/* The packet the next dequeue sends, or NULL if none may leave now; its
- * flow goes to *@flow, NULL for the lone packet.
+/*
+ * The packet the next dequeue sends, found without dropping anything, and
+ * its flow in *@flow; q->active != 0.  DRR picks the flow of the most
+ * urgent band; its first packet that has not expired goes, and the
+ * expired ones before it are dropped by the dequeue.  A flow with none is
+ * stepped over to the next flow of the band, then to the next band.
+ * If P3_EXPIRE_BATCH expired packets were stepped over, or every one
+ * was, the last one stepped over in DRR's flow goes: late rather than
+ * nothing.  Only DRR's rotation changes, as a dequeue would change it.
  */
-static __always_inline struct sk_buff *p3_next_skb(struct Qdisc *sch,
-						   struct p3_flow **flow)
+static struct sk_buff *p3_scan(struct p3_sched_data *q, struct p3_flow **flow)
 {
-	struct p3_sched_data *q = qdisc_priv(sch);
-	struct sk_buff *skb = q->lone;
+	struct p3_flow *first = p3_drr_next(q), *f = first;
+	unsigned int budget = P3_EXPIRE_BATCH;
+	struct sk_buff *skb, *late = NULL;
+	u64 bands = q->active;
+	u32 now = 0;
 
-	*flow = NULL;
-	if (!skb) {
-		*flow = p3_next_flow(sch);
-		if (!*flow)
-			return NULL;
-		skb = (*flow)->head;
+	*flow = first;
+	if (!q->tolerant)
+		return first->head;
+	for (;;) {
+		for (skb = f->head; skb; skb = skb->next) {
+			if (skb == q->peeked || !p3_expired(q, skb, &now)) {
+				*flow = f;
+				return skb;
+			}
+			if (f == first)
+				late = skb;
+			if (!--budget)
+				return late;
+		}
+		if (!list_is_last(&f->band_node, &q->bands[f->band].flows)) {
+			f = list_next_entry(f, band_node);
+			continue;
+		}
+		bands &= ~BIT_ULL(f->band);
+		if (!bands)
+			return late;
+		f = list_first_entry(&q->bands[__ffs64(bands)].flows,
+				     struct p3_flow, band_node);
 	}
-	return p3_pacer_allows(q, qdisc_pkt_len(skb)) ? skb : NULL;
+}
+
+/* What the next dequeue sends, or NULL if p3 is empty; its flow goes to
+ * *@flow (NULL for the lone packet).  Changes nothing but DRR's rotation.
+ */
+static struct sk_buff *p3_next_skb(struct p3_sched_data *q,
+				   struct p3_flow **flow)
+{
+	*flow = NULL;
+	if (q->peeked) {
+		*flow = q->peeked_flow;
+		return q->peeked;
+	}
+	if (q->lone)
+		return q->lone;
+	return q->active ? p3_scan(q, flow) : NULL;
 }
 
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
+	u32 dropped = 0, dropped_len = 0;
 	struct p3_flow *flow;
 	struct sk_buff *skb;
+	u64 due;
 	u8 band;
 
-	skb = p3_next_skb(sch, &flow);
+	if (q->tolerant && !q->lone)
+		p3_drop_expired(sch, &dropped, &dropped_len);
+	skb = p3_next_skb(q, &flow);
+	if (skb && (due = p3_pacer_due(q, qdisc_pkt_len(skb)))) {
+		qdisc_watchdog_schedule_ns(&q->watchdog, due);
+		q->stats.throttled++;
+		skb = NULL;
+	}
+	if (skb && flow)
+		/* Expired, all of them (p3_scan()). */
+		while (flow->head != skb) {
+			p3_expire(sch, flow, &dropped_len);
+			dropped++;
+		}
+	/* While p3 still holds @skb, so that no parent sees it empty. */
+	if (dropped)
+		qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
 	if (!skb)
 		return NULL;
 	if (!flow) {
@@ -1165,7 +1308,7 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 		/* band < last_band <= 63, so the shift stays below 64. */
 		if (band < q->last_band && (q->active >> (band + 1)))
 			q->stats.preemptions++;
-		skb = p3_flow_pop(sch, flow);
+		p3_flow_pop(sch, flow);
 		flow->deficit -= qdisc_pkt_len(skb);
 	}
 	q->last_band = band;
@@ -1176,19 +1319,31 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 }
 
 /*
- * The packet the next dequeue returns, left where it is.  A shaping
+ * The packet the next dequeue returns, left where it is, and nothing a
+ * parent can see changed: no drop, no counter (p3_next_skb()).  A shaping
  * parent (tbf) peeks while it waits for tokens; qdisc_peek_dequeued()
  * would take that packet out of p3 for good, and a more urgent packet
- * arriving during the wait would queue behind it.  The parent peeks and
- * dequeues under the root lock, so nothing comes in between.
+ * arriving during the wait would queue behind it.  So each peek looks
+ * afresh, and the dequeue after it sends what it returned.  NULL with
+ * packets queued only while the pacer holds them back; the watchdog
+ * brings the parent back then.
  */
 static struct sk_buff *p3_peek(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow;
+	struct sk_buff *skb;
+	u64 due;
 
-	q->peeked = p3_next_skb(sch, &flow);
-	return q->peeked;
+	q->peeked = NULL;
+	skb = p3_next_skb(q, &flow);
+	if (skb && (due = p3_pacer_due(q, qdisc_pkt_len(skb)))) {
+		qdisc_watchdog_schedule_ns(&q->watchdog, due);
+		return NULL;
+	}
+	q->peeked = skb;
+	q->peeked_flow = flow;
+	return skb;
 }
 
 static void p3_free_skb(struct sk_buff *skb)
@@ -1375,6 +1530,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct hlist_head *old = q->flow_table;
 	u32 pushed = 0, pushed_len = 0;
+	int victim;
 	u64 *cause;
 
 	if (cfg->bands < q->cfg.bands)
@@ -1391,9 +1547,11 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	q->cfg = *cfg;
 	sch->limit = cfg->limit;
 
-	while (q->active && (cause = p3_overlimit(sch, 0, 0))) {
+	/* As overflow does; the peeked packet's flow stays. */
+	while ((cause = p3_overlimit(sch, 0, 0)) &&
+	       (victim = p3_victim(q, 0)) >= 0) {
 		(*cause)++;
-		p3_drop_from(sch, p3_least_urgent(q), &pushed_len, to_free);
+		p3_drop_from(sch, victim, &pushed_len, to_free);
 		pushed++;
 	}
 	if (pushed)

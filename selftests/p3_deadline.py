@@ -9,10 +9,11 @@ and on overflow its packets are pushed out before any reliable one.
 
   expire_at_dequeue   datagrams held back by the pacer past a 20 ms
                       deadline: every queued packet of the tolerant band
-                      is dropped when the pacer lets go, every one of the
-                      reliable band beside it is sent, fresh packets are
-                      sent, and tbf above p3 counts what p3 counts at
-                      once, though the drops emptied p3.
+                      but the last is dropped when the pacer lets go (a
+                      drop never empties p3: the last is sent, late),
+                      every one of the reliable band beside it is sent,
+                      fresh packets are sent, and tbf above p3, which
+                      peeks at every packet, counts what p3 counts.
   expire_under_drr    the same under DRR with a second class: DRR counts
                       what p3 counts and serves its other class.
   tolerant_first      at the packet limit, strict priority first, then
@@ -67,7 +68,6 @@ def test_expire_at_dequeue(chk):
         # Reliable first: its head shields the tolerant band from the
         # peeks every enqueue brings, however slowly the burst goes in.
         rel_errs = snd.send("reliable", 50, 7)      # band 6
-        # More than one dequeue drops (64): the watchdog must bring the rest.
         tol_errs = snd.send("tolerant", 150, 8)     # band 7
         time.sleep(0.3)
         held = class_stats()
@@ -84,26 +84,25 @@ def test_expire_at_dequeue(chk):
         chk.expect(held[6]["qlen"] == 49 and held[7]["qlen"] == 150,
                    f"held {held[6]['qlen']} + {held[7]['qlen']}, want "
                    "49 + 150 behind the pacer")
-        chk.expect(b[7]["pkts"] == 0 and b[7]["drops"] == 150,
+        chk.expect(b[7]["pkts"] == 1 and b[7]["drops"] == 149,
                    f"tolerant band sent {b[7]['pkts']}, dropped "
-                   f"{b[7]['drops']}: want 0 and 150")
+                   f"{b[7]['drops']}: want 1 (the last, late) and 149")
         chk.expect(b[6]["pkts"] == 50 and b[6]["drops"] == 0,
                    f"reliable band sent {b[6]['pkts']}, dropped "
                    f"{b[6]['drops']}: want 50 and 0")
-        chk.expect(x["drops_deadline"] == 150 and x["drops_tolerant"] == 0,
+        chk.expect(x["drops_deadline"] == 149 and x["drops_tolerant"] == 0,
                    f"drops_deadline {x['drops_deadline']}, drops_tolerant "
-                   f"{x['drops_tolerant']}: want 150 and 0")
-        # Told at once, though the drops emptied p3.
-        chk.expect(p3 == top == (0, 0, 150),
-                   f"tbf counts {top}, p3 {p3}: want both (0, 0, 150)")
+                   f"{x['drops_tolerant']}: want 149 and 0")
+        chk.expect(p3 == top == (0, 0, 149),
+                   f"tbf counts {top}, p3 {p3}: want both (0, 0, 149)")
 
         fresh_errs = snd.send("tolerant", 20, 8)
         time.sleep(0.5)
         b = class_stats()
-        chk.expect(fresh_errs == 0 and b[7]["pkts"] == 20 and
-                   b[7]["drops"] == 150,
+        chk.expect(fresh_errs == 0 and b[7]["pkts"] == 21 and
+                   b[7]["drops"] == 149,
                    f"fresh: sent {b[7]['pkts']}, dropped {b[7]['drops']}, "
-                   f"errors {fresh_errs}: want 20, 150, 0")
+                   f"errors {fresh_errs}: want 21, 149, 0")
     finally:
         snd.close()
 
@@ -123,9 +122,9 @@ def sibling_sent():
 
 
 def test_expire_under_drr(chk):
-    """Expiry that empties p3 under DRR: the parent is told at once, so
-    its other class is served; a report kept back until p3's next packet
-    would leave DRR serving an empty class, and the other one starving."""
+    """Expiry of all p3 holds under DRR: the parent is told of the drops
+    at once, while p3 still holds the last packet (sent late), so DRR's
+    counters stay p3's and its other class is served."""
     no_ipv6()
     for cmd in DRR:
         tc(cmd)
@@ -145,8 +144,8 @@ def test_expire_under_drr(chk):
         sent = sibling_sent()
         chk.note(f"qlen/backlog/drops: p3 {p3}, drr {top}; the other class "
                  f"sent {sent}; send errors {errs}")
-        chk.expect(p3 == top == (0, 0, 149),
-                   f"drr counts {top}, p3 {p3}: want both (0, 0, 149)")
+        chk.expect(p3 == top == (0, 0, 148),
+                   f"drr counts {top}, p3 {p3}: want both (0, 0, 148)")
         chk.expect(sent == 10, f"the other class sent {sent} of 10")
     finally:
         snd.close()

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""p3 beneath every kind of parent, run as root inside the selftest VM.
+
+A parent peeks at its child to charge the packet it is about to take
+(tbf's tokens, DRR's and QFQ's deficits, HFSC's deadlines), and several
+call the child's peek and its dequeue in different calls.  So p3's peek
+must return exactly what its next dequeue returns and change nothing the
+parent can see: no drop, no counter, and no NULL while it holds packets,
+which a parent reports as "qdisc 10: is non-work-conserving?".
+
+Each case puts p3 (tag dscp, band 1 loss-tolerant with a 5 ms deadline)
+beneath a parent, or at the root, shaped to 50 Mbit/s by the parent, by a
+tbf above a parent that does not shape, or by p3's own pacer, and sends
+through it for a few seconds: a TCP flow in band 0, a UDP flood in the
+loss-tolerant band 1 and an untagged UDP flood (band 7), 90 Mbit/s of UDP
+in all.  Then it checks that the deadline drops happened (the expiry
+path ran), that every qdisc's and every class's qlen and backlog came
+back to 0, that the parent's drops equal p3's, and that the kernel
+logged no warning, "non-work-conserving" included.
+
+  selftests/vm-run -- selftests/p3_parents.py [-t NAME]...
+"""
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+
+from p3lib import (RADDR, RCV, SDEV, SND, add_selection_args, no_ipv6,
+                   qdisc_json, run_tests, sh, tc)
+
+RATE = "50mbit"
+P3 = "handle 10: p3 bands 8 tag dscp"
+# (parent commands; p3's parent and options).  {p3} is p3's own part.
+CASES = {
+    "root_rate": ([], f"root {P3} rate {RATE}"),
+    "tbf": ([f"qdisc add dev {{d}} root handle 1: tbf rate {RATE} "
+             "burst 32k latency 200ms"], f"parent 1:1 {P3}"),
+    "tbf_rate": (["qdisc add dev {d} root handle 1: tbf rate 1gbit "
+                  "burst 1mb latency 200ms"], f"parent 1:1 {P3} rate {RATE}"),
+    "htb": (["qdisc add dev {d} root handle 1: htb default 1",
+             f"class add dev {{d}} parent 1: classid 1:1 htb rate {RATE}"],
+            f"parent 1:1 {P3}"),
+    "hfsc": (["qdisc add dev {d} root handle 1: hfsc default 1",
+              f"class add dev {{d}} parent 1: classid 1:1 hfsc sc rate {RATE}"
+              f" ul rate {RATE}"], f"parent 1:1 {P3}"),
+    # QFQ and DRR do not shape: a tbf above them does, and peeks at them,
+    # which makes them peek at p3.
+    "qfq": ([f"qdisc add dev {{d}} root handle 1: tbf rate {RATE} "
+             "burst 32k latency 200ms",
+             "qdisc add dev {d} parent 1:1 handle 2: qfq",
+             "class add dev {d} parent 2: classid 2:1 qfq weight 1",
+             "filter add dev {d} parent 2: matchall classid 2:1"],
+            f"parent 2:1 {P3}"),
+    "drr": ([f"qdisc add dev {{d}} root handle 1: tbf rate {RATE} "
+             "burst 32k latency 200ms",
+             "qdisc add dev {d} parent 1:1 handle 2: drr",
+             "class add dev {d} parent 2: classid 2:1 drr",
+             "filter add dev {d} parent 2: matchall classid 2:1"],
+            f"parent 2:1 {P3}"),
+    "ets": ([f"qdisc add dev {{d}} root handle 1: tbf rate {RATE} "
+             "burst 32k latency 200ms",
+             "qdisc add dev {d} parent 1:1 handle 2: ets bands 2 strict 1 "
+             "priomap 0",
+             ], f"parent 2:1 {P3}"),
+    "ets_rate": (["qdisc add dev {d} root handle 1: ets bands 2 strict 1 "
+                  "priomap 0"], f"parent 1:1 {P3} rate {RATE}"),
+}
+SECONDS = 3
+TCP_TOS, TOLERANT_TOS = 1 << 2, 2 << 2      # DSCP 1 and 2: bands 0 and 1
+PORTS = (5301, 5302, 5303)
+NONWC = re.compile(r"non-work-conserving")
+BACKLOG = re.compile(r"backlog (\S+) (\d+)p")
+QDISC = re.compile(r"^qdisc (\S+) (\S+) .*?\n Sent \d+ bytes \d+ pkt "
+                   r"\(dropped (\d+),", re.M | re.S)
+
+
+def iperf(port, args):
+    return subprocess.Popen(
+        ["ip", "netns", "exec", SND, "iperf3", "-c", RADDR, "-p", str(port),
+         "-t", str(SECONDS), "-J"] + args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def backlogs():
+    """Every qdisc's and class's "backlog" on the sender's link."""
+    text = tc(f"-s qdisc show dev {SDEV}") + tc(f"-s class show dev {SDEV}")
+    return BACKLOG.findall(text)
+
+
+def drained(seconds=10.0):
+    """Waits for the link's queues to empty; returns what is left."""
+    end = time.monotonic() + seconds
+    while True:
+        left = [b for b in backlogs() if b != ("0b", "0")]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
+def drops_by_qdisc():
+    """{handle: drops} of every qdisc on the sender's link."""
+    return {m[1]: int(m[2]) for m in
+            QDISC.findall(tc(f"-s qdisc show dev {SDEV}"))}
+
+
+def beneath(chk, name):
+    parent, p3 = CASES[name]
+    no_ipv6()
+    for cmd in parent:
+        tc(cmd.format(d=SDEV))
+    tc(f"qdisc add dev {SDEV} {p3}")
+    tc(f"class change dev {SDEV} classid 10:2 p3 deadline 5ms")
+    dmesg_before = len(sh("dmesg", check=False).splitlines())
+    servers = [subprocess.Popen(["ip", "netns", "exec", RCV, "iperf3", "-s",
+                                 "-p", str(p), "-1"],
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for p in PORTS]
+    time.sleep(0.5)
+    clients = [iperf(PORTS[0], ["-S", str(TCP_TOS)]),
+               iperf(PORTS[1], ["-u", "-b", "60M", "-l", "1000", "-S",
+                                str(TOLERANT_TOS)]),
+               iperf(PORTS[2], ["-u", "-b", "30M", "-l", "1000"])]
+    reports = []
+    for c in clients:
+        out, err = c.communicate(timeout=60)
+        try:
+            reports.append(json.loads(out))
+        except ValueError:
+            chk.expect(False, f"iperf3 failed: {err.strip()[-300:]}")
+            reports.append({})
+    for s in servers:
+        try:
+            s.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            s.kill()
+    left = drained()
+    chk.expect(not left, f"{name}: queues not empty after the traffic: {left}")
+
+    x = qdisc_json()["xstats"]
+    chk.note(f"{name}: deadline drops {x.get('drops_deadline')}, throttled "
+             f"{x.get('throttled')}, limit drops {x.get('drops_limit')}")
+    chk.expect(x.get("drops_deadline", 0) > 0,
+               f"{name}: no deadline drop: the expiry path never ran")
+    tcp = reports[0].get("end", {}).get("sum_received", {})
+    chk.note(f"{name}: TCP {tcp.get('bits_per_second', 0) / 1e6:.1f} Mbit/s")
+    chk.expect(tcp.get("bytes", 0) > 0, f"{name}: the TCP flow sent nothing")
+    # What p3 dropped, every parent above it counts as dropped too
+    # (qdisc_tree_reduce_backlog), plus its own drops, if any.
+    drops = drops_by_qdisc()
+    p3_drops = drops.get("10:", 0)
+    for handle, n in drops.items():
+        chk.expect(n >= p3_drops, f"{name}: qdisc {handle} counts {n} "
+                   f"drops, p3 beneath it {p3_drops}")
+    log = sh("dmesg", check=False).splitlines()[dmesg_before:]
+    bad = [ln for ln in log if NONWC.search(ln)]
+    chk.expect(not bad, f"{name}: kernel log: {bad[:3]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    add_selection_args(ap)
+    ap.add_argument("--prefix", default="", help="prefix of TAP names")
+    args = ap.parse_args()
+    sh("modprobe sch_p3")
+    for mod in ("sch_tbf", "sch_htb", "sch_hfsc", "sch_qfq", "sch_drr",
+                "sch_ets", "cls_matchall"):
+        sh(f"modprobe {mod}", check=False)
+    tests = [(name, lambda chk, name=name: beneath(chk, name))
+             for name in CASES]
+    return run_tests(tests, args, "parents")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
