@@ -147,7 +147,8 @@ class SurfaceTest(unittest.TestCase):
         self.assertFalse(missing)
         for name in ('Error', 'TimeoutError', 'ConnectionError',
                      'PermissionError', 'ClosedError', 'Tensor', 'Slice',
-                     'Completion', 'Channel', 'Listener', 'tag', 'tag_get',
+                     'Completion', 'Channel', 'Plan', 'Listener', 'tag',
+                     'tag_get',
                      'tag_config', 'plan', 'suggest_slice', 'now_ns',
                      'qdisc_add', 'qdisc_change', 'qdisc_replace',
                      'qdisc_del', 'qdisc_stats', 'DEFAULT_SLICE',
@@ -509,6 +510,35 @@ class ChannelTest(unittest.TestCase):
         self.assertEqual(sorted(ends.values()), [0, 0, 2, 2, 4, 4, 6, 6])
         for (here, there), level in ends.items():
             self.assertEqual(ends[(there, here)], level)
+
+    def test_prepared_plan_sends_what_its_buffers_hold_then(self):
+        """A Plan is built once and sent every step: each send carries
+        the buffers' contents at that moment (the library copies them),
+        and a Plan that does not fit its buffers is refused up front."""
+        grads = [np.arange(50000, dtype=np.float32), np.ones(7, np.float64)]
+        model = [('a', grads[0].nbytes, 0), ('b', grads[1].nbytes, 1)]
+        plan = p3.Plan(p3.plan(model, bands=2, slice_bytes=65536), grads)
+        self.assertEqual(plan.bytes, sum(g.nbytes for g in grads))
+        with self.assertRaises(ValueError):
+            p3.Plan([p3.Slice(0, 12, 8, 0, 0, 0)], [np.zeros(4, np.float32)])
+        tx, rx = _pair()
+        outs = {}
+        for it in (1, 2):
+            outs[it] = [np.zeros_like(g) for g in grads]
+            for t, o in enumerate(outs[it]):
+                rx.expect(t, o, iteration=it)
+            tx.send_prepared(plan, iteration=it, timeout=10)
+            for g in grads:
+                g += 1              # after the send: not what it carries
+        done = rx.wait(timeout=30)
+        tx.close()
+        rx.close()
+        self.assertEqual(sorted((c.tensor, c.iteration) for c in done),
+                         [(0, 1), (0, 2), (1, 1), (1, 2)])
+        np.testing.assert_array_equal(outs[1][0], np.arange(50000) + 0.0)
+        np.testing.assert_array_equal(outs[2][0], np.arange(50000) + 1.0)
+        np.testing.assert_array_equal(outs[1][1], np.ones(7))
+        np.testing.assert_array_equal(outs[2][1], np.full(7, 2.0))
 
     def test_send_plan_bounds(self):
         with p3.Listener() as lst:

@@ -126,24 +126,17 @@ class Channel(_Closing):
                   iteration: int = 0, timeout: Timeout = None) -> None:
         """Queue a plan, all of it or (on an error) none of it; arrays[t]
         is tensor t; merged slices go together."""
-        slices = list(slices)
-        if not slices:
-            return
-        bufs = {}
-        cs = (_Slice * len(slices))()
-        for i, s in enumerate(slices):
-            if s.tensor not in bufs:
-                bufs[s.tensor] = _Buf(arrays[s.tensor])
-            if s.offset + s.length > bufs[s.tensor].nbytes or s.length <= 0:
-                raise ValueError('p3: slice %d is outside tensor %d'
-                                 % (i, s.tensor))
-            cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
-                           s.level)
-        refs = (_BufRef * (max(bufs) + 1))()
-        for t, b in bufs.items():
-            refs[t] = _BufRef(b.ptr, b.nbytes)
-        _check(self._call(_send_plan, cs, len(slices), refs, len(refs),
-                          int(iteration), _ms(timeout)), 'send_plan')
+        plan = Plan(slices, arrays)
+        if plan.n:
+            self.send_prepared(plan, iteration, timeout)
+
+    def send_prepared(self, plan: 'Plan', iteration: int = 0,
+                      timeout: Timeout = None) -> None:
+        """send_plan() of a Plan built once: a plan sent every step from
+        the same buffers costs one call, not a walk of its slices."""
+        _check(self._call(_send_plan, plan.cs, plan.n, plan.refs,
+                          len(plan.refs), int(iteration), _ms(timeout)),
+               'send_plan')
 
     @property
     def queued(self) -> int:
@@ -282,3 +275,28 @@ class Channel(_Closing):
         _close(h)
         with self._mu:
             self._sent_refs.clear()     # closed: nothing reads them now
+
+
+class Plan:
+    """A plan's slices and the buffers they read, checked and laid out for
+    the library once; the buffers stay exported while the Plan lives, and
+    what they hold when it is sent is what goes (the library copies it)."""
+
+    def __init__(self, slices: Iterable[Slice],
+                 arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]]):
+        slices = list(slices)
+        self.n = len(slices)
+        self.bytes = sum(s.length for s in slices)
+        self._bufs = bufs = {}
+        self.cs = cs = (_Slice * max(1, self.n))()
+        for i, s in enumerate(slices):
+            if s.tensor not in bufs:
+                bufs[s.tensor] = _Buf(arrays[s.tensor])
+            if s.offset + s.length > bufs[s.tensor].nbytes or s.length <= 0:
+                raise ValueError('p3: slice %d is outside tensor %d'
+                                 % (i, s.tensor))
+            cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
+                           s.level)
+        self.refs = (_BufRef * (max(bufs, default=0) + 1))()
+        for t, b in bufs.items():
+            self.refs[t] = _BufRef(b.ptr, b.nbytes)

@@ -102,6 +102,7 @@ class Exchange:
         # chunks sent again by the reducer.
         self.bytes_pushed = 0
         self.bytes_returned = 0
+        self._plans = {}            # (peer, message, pull): its p3.Plan
         self.bytes_resent = 0
         self.cv = threading.Condition()
         self.error = None
@@ -165,6 +166,21 @@ class Exchange:
             self.bytes_pushed += self.lossy.push(q, m, it, self._gbytes,
                                                  self.timeout)
             return
+        # A dense message reads the same buffers every step: its plan is
+        # built once.  A sparse one's size follows the step's choice.
+        plan = None if self.sparse else self._plans.get((q, m, pull))
+        if plan is None:
+            plan = self._plan(m, pull)
+            if not self.sparse:
+                self._plans[(q, m, pull)] = plan
+        self.mesh.tx[q].send_prepared(plan, iteration=it,
+                                      timeout=self.timeout)
+        if pull:
+            self.bytes_returned += plan.bytes
+        else:
+            self.bytes_pushed += plan.bytes
+
+    def _plan(self, m, pull):
         lay, slices, arrays = self.lay, [], {}
         for s in lay.msgs[m]:
             sl = lay.slices[s]
@@ -179,13 +195,7 @@ class Exchange:
                 data = self._slice_view(src, s)
             slices.append(p3.Slice(wire, 0, data.nbytes, sl.level, m, sl.prio))
             arrays[wire] = data
-        self.mesh.tx[q].send_plan(slices, arrays, iteration=it,
-                                  timeout=self.timeout)
-        sent = sum(x.length for x in slices)
-        if pull:
-            self.bytes_returned += sent
-        else:
-            self.bytes_pushed += sent
+        return p3.Plan(slices, arrays)
 
     # --------------------------------------------------- the main thread
 
