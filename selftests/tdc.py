@@ -347,6 +347,8 @@ def main():
                     help="run only these case ids")
     ap.add_argument("-c", "--category", nargs="+", metavar="CAT",
                     help="run only cases in one of these categories")
+    ap.add_argument("-x", "--exclude", nargs="+", metavar="CAT", default=[],
+                    help="leave out the cases in any of these categories")
     ap.add_argument("-l", "--list", action="store_true",
                     help="list the cases and exit")
     ap.add_argument("-v", "--verbose", action="store_true",
@@ -371,6 +373,12 @@ def main():
     if args.category:
         cases = [c for c in cases
                  if set(args.category) & set(c.get("category", []))]
+    unknown = set(args.exclude) - {cat for c in cases
+                                   for cat in c.get("category", [])}
+    if unknown:
+        sys.exit("tdc: no case in category %s" % ", ".join(sorted(unknown)))
+    cases = [c for c in cases
+             if not set(args.exclude) & set(c.get("category", []))]
 
     if args.list:
         for c in cases:
