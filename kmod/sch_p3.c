@@ -1275,7 +1275,7 @@ static struct sk_buff *p3_next_skb(struct p3_sched_data *q,
 static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
-	u32 dropped = 0, dropped_len = 0;
+	u32 dropped = 0, dropped_len = 0, now = 0;
 	struct p3_flow *flow;
 	struct sk_buff *skb;
 	u64 due;
@@ -1284,18 +1284,25 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	if (q->tolerant && !q->lone)
 		p3_drop_expired(sch, &dropped, &dropped_len);
 	skb = p3_next_skb(q, &flow);
+	/* The packets before @skb in its flow had expired (p3_scan()); one
+	 * whose band was made reliable since goes first, in flow order.
+	 */
+	while (skb && flow && flow->head != skb) {
+		if (!p3_expired(q, flow->head, &now)) {
+			skb = flow->head;
+			break;
+		}
+		p3_expire(sch, flow, &dropped_len);
+		dropped++;
+	}
 	if (skb && (due = p3_pacer_due(q, qdisc_pkt_len(skb)))) {
 		qdisc_watchdog_schedule_ns(&q->watchdog, due);
 		q->stats.throttled++;
 		skb = NULL;
 	}
-	if (skb && flow)
-		/* Expired, all of them (p3_scan()). */
-		while (flow->head != skb) {
-			p3_expire(sch, flow, &dropped_len);
-			dropped++;
-		}
-	/* While p3 still holds @skb, so that no parent sees it empty. */
+	/* p3 still holds a packet (no drop takes the last): no parent
+	 * sees it empty from inside its own dequeue.
+	 */
 	if (dropped)
 		qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
 	if (!skb)

@@ -63,6 +63,8 @@ def main():
     ap.add_argument('--warmup', type=int, default=2)
     ap.add_argument('--out', required=True)
     ap.add_argument('--tag', default='', help='copied into the result')
+    ap.add_argument('--slice', type=int, default=None,
+                    help="p3.torch's slice_bytes")
     ap.add_argument('--sample', action='store_true',
                     help='profile the Python threads (bench/torch/sampler.py)')
     a = ap.parse_args()
@@ -84,7 +86,8 @@ def main():
         import p3.torch as p3t
         p3t.init(timeout=120)
         p3t.broadcast_parameters(model.state_dict(), root_rank=0)
-        opt = p3t.DistributedOptimizer(opt, model, schedule=a.mode)
+        opt = p3t.DistributedOptimizer(opt, model, schedule=a.mode,
+                                       slice_bytes=a.slice)
     steps, cpu = [], []
     sampler = None
     for i in range(n):

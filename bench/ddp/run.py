@@ -92,7 +92,8 @@ def run_ranks(mode, model, args, out, tag, port):
              os.path.join(HERE, 'rank.py'), '--mode', mode, '--model', model,
              '--batch', str(args.batch), '--steps', str(args.steps),
              '--warmup', str(args.warmup), '--out', out, '--tag', tag]
-            + (['--sample'] if args.sample else []),
+            + (['--sample'] if args.sample else [])
+            + (['--slice', str(args.slice)] if args.slice else []),
             env=env))
     rcs = [p.wait(timeout=1800) for p in procs]
     if any(rcs):
@@ -128,6 +129,8 @@ def main():
     ap.add_argument('--steps', type=int, default=10)
     ap.add_argument('--warmup', type=int, default=2)
     ap.add_argument('--upload', action='store_true')
+    ap.add_argument('--slice', type=int, default=0,
+                    help="p3.torch's slice_bytes (default: p3.DEFAULT_SLICE)")
     ap.add_argument('--sample', action='store_true',
                     help='profile each rank\'s Python threads (rank.py)')
     ap.add_argument('--out', default=os.path.join(TOP, 'build', 'bench-ddp',
@@ -164,6 +167,7 @@ def main():
                                           'round': rnd, 'where': where,
                                           'qdisc': args.qdisc if mbit else None,
                                           'upload': args.upload,
+                                          'slice': args.slice or None,
                                           'compute_s': compute})
                         run_ranks(mode, model, args, args.out, tag, port)
                         r = last_line(args.out)
