@@ -9,7 +9,9 @@ more urgent packets.  These tests check two consequences:
                be pushed out (another flow's packet, the sender's own
                flow's, the sender's own packet) leaves the parent's qlen,
                backlog and drops equal to p3's, and only a sender whose
-               own packet was dropped gets an error (ENOBUFS).
+               own packet was dropped gets an error (ENOBUFS); the
+               packet a parent peeked at is never pushed out, nor is
+               anything for a packet that cannot fit.
   goodput      an urgent TCP flow loses no packet and does not collapse
                (keeps half its goodput alone; the benchmark measures
                0.92-1.00) beside an untagged UDP flood (limit 200, the
@@ -37,9 +39,10 @@ RATE = "20mbit"
 URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
 URGENT_PORT, BULK_PORT = 5201, 5202
 
-# A sender that keeps its sockets: "NAME COUNT PRIO" on stdin sends COUNT
-# datagrams of 128 bytes on the wire (86 of payload) from socket NAME with SO_PRIORITY PRIO and answers
-# how many sendto() calls failed.  IP_RECVERR makes UDP report the
+# A sender that keeps its sockets: "NAME COUNT PRIO [SIZE]" on stdin sends
+# COUNT datagrams of SIZE bytes of payload (default 86: 128 on the wire)
+# from socket NAME with SO_PRIORITY PRIO and answers how many sendto()
+# calls failed.  IP_RECVERR makes UDP report the
 # ENOBUFS of a dropped packet instead of counting it in silence (and the
 # receiver's port unreachable, in place of the next send: that one is
 # sent again).
@@ -47,7 +50,8 @@ SENDER = r"""
 import socket, sys
 socks = {}
 for line in sys.stdin:
-    name, count, prio = line.split()
+    name, count, prio, *size = line.split()
+    payload = bytes(int(size[0]) if size else 86)
     s = socks.get(name)
     if s is None:
         s = socks[name] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -57,7 +61,7 @@ for line in sys.stdin:
     for _ in range(int(count)):
         while True:
             try:
-                s.sendto(bytes(86), (sys.argv[1], 9))
+                s.sendto(payload, (sys.argv[1], 9))
             except ConnectionRefusedError:
                 continue    # the receiver's ICMP, reported instead of a send
             except OSError:
@@ -74,9 +78,9 @@ class Sender:
              RADDR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True)
 
-    def send(self, name, count, prio):
+    def send(self, name, count, prio, size=86):
         """Returns how many of the @count datagrams failed to send."""
-        self.proc.stdin.write(f"{name} {count} {prio}\n")
+        self.proc.stdin.write(f"{name} {count} {prio} {size}\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
 
@@ -158,6 +162,49 @@ def accounting(chk, parent, p3_opts, fill):
         chk.expect(bands[7]["qlen"] == 0 and bands[0]["qlen"] == p3[0],
                    f"queue {p3[0]}, urgent {bands[0]['qlen']}: not a "
                    "queue of urgent packets only")
+    finally:
+        snd.close()
+
+
+def peeked_stays(chk):
+    """HFSC peeks at p3's next packet when its class becomes active, and
+    charges it; shaped to 8 bit/s it then waits, and takes it much later
+    without peeking again.  That packet must stay whatever overflows.
+    Bulk's one waiting packet is the peeked one; urgent packets fill p3's
+    memory (pushing out only their own, since the peeked packet is bulk's
+    band's only one); then a big packet of a middle band, which only
+    bulk's band could make room for, is dropped alone: nothing is pushed
+    out for a packet that cannot fit anyway."""
+    no_ipv6()
+    tc(f"qdisc add dev {SDEV} root handle 1: hfsc default 1")
+    tc(f"class add dev {SDEV} parent 1: classid 1:1 hfsc sc rate 8bit "
+       "ul rate 8bit")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 tag priority "
+       "memory 64kb")
+    snd = Sender()
+    try:
+        # The first leaves at once, the second waits: 128 s at 8 bit/s.
+        bulk_errs = snd.send("bulk", 2, 8)
+        urgent_errs = snd.send("urgent", 200, 1)
+        before = class_stats()
+        mid_errs = snd.send("mid", 1, 4, size=1400)
+        after = class_stats()
+        p3, top = counters("p3"), counters("hfsc")
+        chk.note(f"bulk {before[7]}, urgent {before[0]} -> bulk {after[7]}, "
+                 f"mid {after[3]}; qlen/backlog/drops p3 {p3}, hfsc {top}; "
+                 f"send errors bulk {bulk_errs}, urgent {urgent_errs}, mid "
+                 f"{mid_errs}")
+        chk.expect(bulk_errs == urgent_errs == 0 and before[0]["drops"] > 0,
+                   "premise: urgent overflowed p3, and no send failed")
+        chk.expect(before[7]["qlen"] == 1 and before[7]["drops"] == 0,
+                   "urgent pushed out the packet hfsc peeked at")
+        chk.expect(after[7] == before[7], f"bulk {before[7]} -> {after[7]}")
+        chk.expect(mid_errs == 1 and after[3]["drops"] == 1 and
+                   after[0]["qlen"] == before[0]["qlen"],
+                   f"mid: {mid_errs} send errors, {after[3]['drops']} drops,"
+                   f" urgent {before[0]['qlen']} -> {after[0]['qlen']}: "
+                   "want the packet that cannot fit dropped, alone")
+        chk.expect(p3 == top, f"hfsc counts {top}, p3 {p3}")
     finally:
         snd.close()
 
@@ -370,6 +417,7 @@ def main():
              for p in PARENTS
              for v, o, n in (("limit", "limit 20", 21),
                              ("memory", "memory 64kb", 200))]
+    tests.append(("accounting_peeked_stays", peeked_stays))
     if not args.accounting_only:
         tests += [(name, lambda chk, name=name: test_goodput(chk, name))
                   for name, *_ in GOODPUT_CASES]
