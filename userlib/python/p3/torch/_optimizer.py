@@ -19,8 +19,9 @@ from ._exchange import Exchange, np_dtypes
 from ._layout import ORDER, Layout
 from ._mesh import Mesh, dgram_level
 from ._order import forward_ranks
-from ._setup import (DEFAULT_LEVELS, agreed_levels, bounded_loss_args,
-                     free_levels, local_p3_qdisc, same_plan, warn_if_no_qdisc)
+from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
+                     auto_slice, bounded_loss_args, free_levels,
+                     local_p3_qdisc, same_plan, warn_if_no_qdisc)
 from ._slimdp import SlimDP, check_args as check_slimdp
 from ._dlcp import BoundedLoss
 
@@ -81,6 +82,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     slice's datagrams complete once none came for deadline seconds
     (default 0.005); above loss_tolerance of its bytes missing, the
     missing chunks are fetched again, reliably.
+
+    slice_bytes: by default the smallest slice keeping a message's CPU
+    within 5% of its time on the link (the local p3 qdisc's rate, else
+    the interface's speed), at least p3.DEFAULT_SLICE; the ranks agree.
 
     bands: the job's levels.  By default 8, or fewer where a rank's host
     has a p3 qdisc whose default band (where untagged traffic goes) is 7
@@ -173,6 +178,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                    st['rank'], st['size'],
                                    free_levels(found, bool(lossy)))
         self.levels = nbands
+        if slice_bytes is None and schedule == 'p3':
+            slice_bytes = agreed_slice(st['store'], 'p3t/slice%d' % seq,
+                                       st['rank'], st['size'],
+                                       auto_slice(found, st['host']))
+        self.slice_bytes = slice_bytes
         self._layout = Layout(sizes, st['size'], schedule,
                               nbands, slice_bytes,
                               fwd=forward_ranks(self._params, forward_order),

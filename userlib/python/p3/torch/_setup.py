@@ -2,7 +2,9 @@
 """What a DistributedOptimizer settles before any gradient moves: the
 levels this host's p3 qdisc leaves the job, the ranks' agreement on
 those levels and on one plan, and the bounded-loss arguments."""
+import fcntl
 import socket
+import struct
 import warnings
 
 import p3
@@ -12,6 +14,14 @@ from ._mesh import STRIDE, dgram_level
 
 DEFAULT_LEVELS = 8
 _warned = []
+# What one message costs beside its bytes, in CPU on the two ranks it
+# joins (a hook, a send, a wake-up, a sum, an apply): about 0.1 ms
+# natively (bench/ddp on resnet18 and squeezenet1_1, docs/benchmarks.md).
+MESSAGE_CPU_S = 1e-4
+# A slice is never made smaller than libp3's default: on a slow link the
+# per-message CPU, not the wire, would then set the pace.
+MAX_AUTO_SLICE = 4 << 20
+_SIOCGIFADDR = 0x8915
 
 
 def local_p3_qdisc():
@@ -40,6 +50,54 @@ def free_levels(found, lossy=False):
         # level can avoid it, so the job keeps them all.
         return DEFAULT_LEVELS
     return min(DEFAULT_LEVELS, default // STRIDE if lossy else default) or 1
+
+
+def _interface_of(address):
+    """The interface holding IPv4 @address, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as so:
+        for _, name in socket.if_nameindex():
+            try:
+                req = struct.pack('256s', name.encode()[:15])
+                got = fcntl.ioctl(so.fileno(), _SIOCGIFADDR, req)
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == address:
+                return name
+    return None
+
+
+def link_bytes_per_s(found, host):
+    """The rate of the link the job sends on, bytes a second, or None: the
+    p3 qdisc's own rate if it paces, else the speed its interface (or the
+    interface of this rank's address @host) reports."""
+    if found and found[1]['options'].get('rate'):
+        return float(found[1]['options']['rate'])
+    name = found[0] if found else _interface_of(host)
+    try:
+        with open('/sys/class/net/%s/speed' % name) as f:
+            mbit = int(f.read())
+    except (OSError, TypeError, ValueError):
+        return None
+    return mbit * 125000.0 if mbit > 0 else None
+
+
+def auto_slice(found, host):
+    """A slice big enough that a message's CPU costs at most 5% of its
+    time on the wire (p3.suggest_slice), within [p3.DEFAULT_SLICE,
+    MAX_AUTO_SLICE]: on a fast link more, fewer messages win back the CPU
+    a small model's step is short of, and on a slow one the wire sets
+    the pace whatever the CPU."""
+    rate = link_bytes_per_s(found, host)
+    if not rate:
+        return p3.DEFAULT_SLICE
+    return max(p3.DEFAULT_SLICE,
+               min(MAX_AUTO_SLICE, p3.suggest_slice(MESSAGE_CPU_S, 0, rate)))
+
+
+def agreed_slice(store, key, rank, world, local):
+    """Every rank plans the same layout, so all take the smallest slice
+    any rank's link asks for."""
+    return min(map(int, gathered(store, key, rank, world, str(local))))
 
 
 def gathered(store, key, rank, world, value):
