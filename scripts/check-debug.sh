@@ -102,17 +102,24 @@ debug_guest() {
 	env P3_VM_APPEND="slub_debug=FZPUA,p3_flow pci=noacpi no5lvl log_buf_len=16M watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 ${P3_VM_APPEND:-}" \
 		selftests/vm-run --kernel-image "$dir/vmlinuz" --modules-dir "$moddir" \
 		--kmod-dir "$kmods" --mem 3072 --timeout "$timeout" --oops-fatal -- \
-		selftests/debug-kernel/guest.sh "$@"
+		"$@"
 }
 
 # suite NAME SECONDS CMD...: SECONDS is what the suite takes on this
 # 2-core machine, boot included; with --deadline it is not started
-# unless it still fits (scripts/time-budget.sh).
-ran=()
+# unless it still fits (scripts/time-budget.sh). --quick runs them all in
+# one guest (see one_guest below): a boot of this kernel takes over a
+# minute, and make check has no minutes to spare.
+ran=() plan=() planned=0
 suite() {
 	local name=$1 est=$2 need skip t0 rerun_by
 	shift 2
 	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
+		return
+	fi
+	if [ $quick -eq 1 ]; then
+		plan+=("$name" "$est" "$@" ---)
+		planned=$((planned + est))
 		return
 	fi
 	ran+=("$name.tap")
@@ -126,39 +133,38 @@ suite() {
 	t0=$(date +%s)
 	# A guest the emulator killed runs again if it can still end in time.
 	rerun_by=$(budget_start_by "$need" "${deadline:-9999999999}")
-	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" debug_guest "$@"
+	guest_suite "debug-$name" "$out/$name.tap" "$rerun_by" debug_guest \
+		selftests/debug-kernel/guest.sh "$@"
 	t0=$(($(date +%s) - t0))
 	budget_took "$est" "$t0"
 	echo "# ==== debug-$name: took ${t0} s (estimated ${need} s)"
 }
 
-# --quick: churn's default sizes, which are the CI-sized ones, and a third
-# of the fuzzer's. CI runs these beside the stock guests, where the
-# fuzzer ran at 1.5 requests/s (3,000 in 1,963 s, in one CI run of
-# 2026-11-27) and the deadline then skipped churn, faults and tdc: with
-# a third, they get a chance on a host as fast as CI's fastest. The
-# stock kernels fuzz 3,000 requests each; the debug kernel is there for
-# the other suites' paths too.
+# --quick: churn's default sizes, which are the CI-sized ones, and a
+# sixth of the stock kernels' fuzzing (3,000 requests each): about 5
+# requests a second on this kernel, and it is there for the other
+# suites' paths too.
 if [ $quick -eq 1 ]; then
-	nlfuzz=(-n 1000) churn=()
+	nlfuzz=(-n 500) churn=()
 	faults=(--nth-step 7 --flow-faults 1000 --exclude libp3)
+	# The option parsing, range and extack cases are the fuzzer's
+	# ground on this kernel (every option, every bound, every refusal's
+	# message, with traffic through); the stock kernels run them all.
+	tdc=(-x bounds extack options netlink)
 	vm=(--quick)
-	# Measured on this machine (2026-11-24/25): 175, 189, 261 s; tdc
-	# 318 s and the boot about 75. vm's suites skip themselves in the
-	# guest (its --deadline, below); its estimate is what is worth a
-	# boot: the boot, the traffic suite (run-vm-tests.sh's debug
-	# estimate, 520 s) and the checks after (49 s, measured 2026-11-28; the
-	# whole suite took 1,343 s alone). Under-estimating a suite would let it
-	# start and then run into the deadline, a failure; over, a visible
-	# skip. The fuzzer's 1,000 requests: the boot and a third of the
-	# 3,000's 100 s, rounded down (each phase's traffic check does not
-	# shrink with it), so that the scale the later suites get from it
-	# (see suite()) errs high.
-	seconds=(100 250 340 400 750)
+	# What each takes in one guest beside a stock kernel's (2026-12-02:
+	# the fuzzer's 1,000 requests 843 s, churn 626, faults 519, all of
+	# tdc about 690): the fuzzer's 500 and tdc's 75 cases scaled, plus
+	# the boot (about 90 s) on the first of each guest. vm's suites skip
+	# themselves in the guest (its --deadline, below); its estimate is
+	# what is worth a boot. Under-estimating a suite would let it start
+	# and then run into the deadline, a failure; over, a visible skip.
+	seconds=(560 650 610 450 1500)
 else
 	nlfuzz=(-n 100000)
 	churn=(--cycles 1000 --reloads 100 --flows 100000 --socket-flows 2000)
 	faults=()
+	tdc=()
 	vm=()
 	seconds=(3650 3660 1900 400 1500)
 fi
@@ -174,12 +180,41 @@ suite churn "${seconds[1]}" python3 selftests/p3_churn.py --prefix "debug: " \
 suite faults "${seconds[2]}" python3 selftests/p3_faults.py --prefix "debug: " "${faults[@]}"
 # tdc's commands take seconds each on this kernel: room for them.
 suite tdc "${seconds[3]}" python3 selftests/tdc.py --cmd-timeout 180 \
-	-f selftests/tc-tests/*.json
+	-f selftests/tc-tests/*.json "${tdc[@]}"
 # Inside the guest each suite skips itself if it would not end before the
 # deadline, less the time guest.sh's kmemleak scans and the shutdown take
 # after it (the guest is stopped at the deadline itself, a failure).
 [ -z "$deadline" ] || vm+=(--deadline $((deadline - 120)))
 suite vm "${seconds[4]}" selftests/run-vm-tests.sh debug "${vm[@]}"
+
+# one_guest: the suites planned by --quick, in one boot, into quick.tap;
+# each suite skips itself in the guest if it would not end in time
+# (selftests/debug-kernel/suites.sh), the guest is stopped at the
+# deadline.
+one_guest() {
+	local t0 name
+	[ ${#plan[@]} -gt 0 ] || return 0
+	unset 'plan[-1]'            # the last ---
+	# Named by its suites: make check runs two of these at once.
+	name=quick-$(IFS=-; echo "${only[*]:-all}")
+	ran+=("$name.tap")
+	rm -f "$out/$name.tap" "$out/debug-$name.emulator-fault.log"
+	# Not even a boot and one suite fit: skipped, visibly, without one.
+	if [ -n "$deadline" ] && [ $(($(date +%s) + 180)) -gt "$deadline" ]; then
+		echo "ok - debug-$name # SKIP out of time: $((deadline - $(date +%s)))s left before the deadline" |
+			tee "$out/$name.tap"
+		return 0
+	fi
+	echo "# ==== debug (${only[*]:-every suite}): one guest"
+	t0=$(date +%s)
+	# A second run, after an emulator fault, only if all of it still fits.
+	guest_suite "debug-$name" "$out/$name.tap" \
+		"$(budget_start_by "$planned" "${deadline:-9999999999}")" \
+		debug_guest selftests/debug-kernel/suites.sh \
+		${deadline:+--deadline $((deadline - 60))} "${plan[@]}"
+	echo "# ==== debug (${only[*]:-every suite}): took $(($(date +%s) - t0)) s"
+}
+one_guest
 
 # The summary adds up every part run so far (see --only); the exit
 # status is this run's own, so that a part that failed earlier is not

@@ -76,7 +76,8 @@ fi
 # pacer sets strict_priority's link rate; the stock kernels measure its
 # accuracy: on this one the guest is too short of CPU to, and a 12 s
 # window came out 1.7% slow on 2026-11-28), and the prio control (no p3
-# code at all). Of the overload accounting
+# code at all), and p3 under tbf and htb and tbf's peek (the parents
+# suite's cases, which it runs here). Of the overload accounting
 # cases (5 parents, each overflowed by packet count and by memory) it
 # runs each parent once and each way of overflowing at least twice:
 # every parent's notification path and both of p3's drop paths.
@@ -84,7 +85,8 @@ fi
 # until someone decides otherwise; a name that no longer exists fails.
 if [ $quick -eq 1 ]; then
 	for t in urgent_latency no_reorder reorder_control_prio tag_sources \
-		gc_100k_flows lifecycle own_rate own_rate_small_urgent; do
+		gc_100k_flows lifecycle own_rate own_rate_small_urgent \
+		under_tbf under_htb peek_under_tbf; do
 		traffic_args+=(-x "$t")
 	done
 	for t in tbf_memory htb_limit drr_memory hfsc_limit ets_memory; do
@@ -108,11 +110,11 @@ if [ $same_as_debug -eq 0 ]; then
 		run "$(est 100 200)" userlib/tests/vm_integration.sh
 	fi
 fi
-# p3 beneath every kind of parent (the debug kernel: those that act on a
-# peek in a later call, and tbf).
+# p3 beneath every kind of parent (the debug kernel: tbf and htb, and
+# those that peek: hfsc and qfq act on a peek in a later call).
 parents=()
-[ "$kernel" != debug ] || parents=(-t tbf -t hfsc -t qfq -t drr)
-run "$(est 120 300)" /usr/bin/python3 selftests/p3_parents.py "${parents[@]}" --prefix "$kernel: "
+[ "$kernel" != debug ] || parents=(-t tbf -t htb -t hfsc -t qfq -t drr)
+run "$(est 150 300)" /usr/bin/python3 selftests/p3_parents.py "${parents[@]}" --prefix "$kernel: "
 # A real PyTorch job over the qdisc (--userspace: a stock kernel; too
 # slow for the debug one). Before the suites below, most of which the
 # other stock kernel runs too, so that on a slow machine the deadline

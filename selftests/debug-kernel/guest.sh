@@ -25,6 +25,10 @@ if [ -w "$leak" ]; then
 fi
 start=$(dmesg | wc -l)
 tmp=$(mktemp -d)
+# The suite, as its results name it: the script, not the interpreter.
+what=$1
+case $what in */python3 | python3) what=${2:-$1} ;; esac
+what=$(basename "$what")
 
 "$@"
 rc=$?
@@ -33,7 +37,7 @@ echo "# ---- debug kernel checks after: $*"
 if [ -w "$leak" ] && ! echo scan 2>/dev/null >"$leak"; then
 	# It turns itself off when it cannot allocate its own metadata.
 	dmesg | grep -i kmemleak | tail -n 5 | sed 's/^/# /'
-	echo "not ok - kmemleak: disabled during $1, nothing was checked"
+	echo "not ok - kmemleak: disabled during $what, nothing was checked"
 	rc=1
 elif [ -w "$leak" ]; then
 	# An object must look unreferenced in two scans (and be 5 s old).
@@ -63,10 +67,10 @@ elif [ -w "$leak" ]; then
 	[ "${k:-0}" -eq 0 ] ||
 		echo "# kmemleak: ${k} object(s) of the core's known sysfs_slab_add() leak, set apart"
 	if [ "${n:-0}" -eq 0 ]; then
-		echo "ok - kmemleak: no unreferenced object after $1"
+		echo "ok - kmemleak: no unreferenced object after $what"
 	else
 		sed 's/^/# /' "$tmp/ours" | head -n 80
-		echo "not ok - kmemleak: $n unreferenced objects after $1"
+		echo "not ok - kmemleak: $n unreferenced objects after $what"
 		rc=1
 	fi
 else
@@ -74,10 +78,10 @@ else
 fi
 bad=$(dmesg | tail -n +"$((start + 1))" | grep -cE "$report")
 if [ "$bad" -eq 0 ]; then
-	echo "ok - kernel log: no KASAN, UBSAN, lockdep, ODEBUG, WARN or BUG report during $1"
+	echo "ok - kernel log: no KASAN, UBSAN, lockdep, ODEBUG, WARN or BUG report during $what"
 else
 	dmesg | tail -n +"$((start + 1))" | grep -E -A 30 "$report" | head -n 120 | sed 's/^/# /'
-	echo "not ok - kernel log: $bad report lines during $1"
+	echo "not ok - kernel log: $bad report lines during $what"
 	rc=1
 fi
 exit $rc
