@@ -27,14 +27,13 @@ and on overflow its packets are pushed out before any reliable one.
 
   selftests/vm-run -- selftests/p3_deadline.py [-t NAME]...
 """
-import argparse
 import re
 import sys
 import time
 
 from p3_overload import Sender, counters
-from p3lib import (RADDR, SDEV, SND, add_selection_args, class_stats,
-                   no_ipv6, qdisc_json, run_tests, sh, tc)
+from p3lib import (RADDR, SDEV, SND, class_stats, no_ipv6, qdisc_json,
+                   run_tests, selftest_parser, sh, tc)
 
 TBF = f"qdisc add dev {SDEV} root handle 1: tbf rate 1gbit burst 1mb latency 1s"
 
@@ -225,11 +224,7 @@ TESTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
-    add_selection_args(ap)
-    ap.add_argument("--prefix", default="", help="prefix of TAP names")
-    args = ap.parse_args()
+    args = selftest_parser(__doc__).parse_args()
     sh("modprobe sch_p3")
     return run_tests(TESTS, args, "deadline")
 

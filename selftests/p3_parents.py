@@ -21,15 +21,14 @@ logged no warning, "non-work-conserving" included.
 
   selftests/vm-run -- selftests/p3_parents.py [-t NAME]...
 """
-import argparse
 import json
 import re
 import subprocess
 import sys
 import time
 
-from p3lib import (RADDR, RCV, SDEV, SND, add_selection_args, no_ipv6,
-                   run_tests, sh, tc)
+from p3lib import (RADDR, RCV, SDEV, SND, no_ipv6, run_tests,
+                   selftest_parser, sh, tc)
 
 RATE = "50mbit"
 # Every priority to ets band 0 (a priomap entry left out is the last band).
@@ -168,11 +167,7 @@ def beneath(chk, name):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
-    add_selection_args(ap)
-    ap.add_argument("--prefix", default="", help="prefix of TAP names")
-    args = ap.parse_args()
+    args = selftest_parser(__doc__).parse_args()
     sh("modprobe sch_p3")
     for mod in ("sch_tbf", "sch_htb", "sch_hfsc", "sch_qfq", "sch_drr",
                 "sch_ets", "cls_matchall"):

@@ -112,6 +112,17 @@ def add_selection_args(ap):
                     help="leave this test out (repeatable)")
 
 
+def selftest_parser(doc):
+    """The command line of a suite run by run_tests(): its docstring as
+    help, -t/-x (add_selection_args) and --prefix."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    add_selection_args(ap)
+    ap.add_argument("--prefix", default="", help="prefix of TAP names")
+    return ap
+
+
 def run_tests(tests, args, label, setup=None, cleanup=None):
     """Runs each (name, fn(chk)) of @tests that @args (add_selection_args,
     and --prefix) selects, after @setup (default: a fresh topology()),
