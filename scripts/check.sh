@@ -122,12 +122,13 @@ echo "# ==== second lane: host suites, then guests: began at $((SECONDS / 60)) m
 	suite scale /usr/bin/python3 bench/scale/test_project.py
 	suite vm-tools selftests/vm/test-kernel-log.sh
 	suite time-budget scripts/test-time-budget.sh
-	lane debug-fuzz-churn debug-faults-tdc "${others[@]}" debug-vm
+	lane debug-fuzz-churn "${others[@]}" debug-faults-tdc debug-vm
 	echo "# ==== second lane: ended at $((SECONDS / 60)) min"
 ) >"$out/second-lane.log" 2>&1 &
 second=$!
 
-lane "vm-${kernels[-1]}" "${others[@]}" debug-vm debug-faults-tdc debug-fuzz-churn
+# The longest job left goes first, so that the last to end is short.
+lane "vm-${kernels[-1]}" debug-vm debug-faults-tdc "${others[@]}" debug-fuzz-churn
 
 wait "$second"
 rc=$?
