@@ -522,7 +522,7 @@ class ChannelTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             p3.Plan([p3.Slice(0, 12, 8, 0, 0, 0)], [np.zeros(4, np.float32)])
         tx, rx = _pair()
-        outs = {}
+        outs, done = {}, []
         for it in (1, 2):
             outs[it] = [np.zeros_like(g) for g in grads]
             for t, o in enumerate(outs[it]):
@@ -530,7 +530,8 @@ class ChannelTest(unittest.TestCase):
             tx.send_prepared(plan, iteration=it, timeout=10)
             for g in grads:
                 g += 1              # after the send: not what it carries
-        done = rx.wait(timeout=30)
+            # A tensor is registered for one iteration at a time.
+            done += rx.wait(timeout=30)
         tx.close()
         rx.close()
         self.assertEqual(sorted((c.tensor, c.iteration) for c in done),
