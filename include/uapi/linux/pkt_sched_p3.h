@@ -19,6 +19,14 @@
 #define P3_DEFAULT_BANDS	8
 #define P3_DEFAULT_LIMIT	10000	/* packets */
 #define P3_DEFAULT_BUCKETS	4096	/* flow hash table */
+/* Flow entries: above the default limit, so that at the defaults a packet
+ * spills (see tc_p3_xstats.spilled) only when memory runs out.
+ */
+#define P3_DEFAULT_FLOWS	16384
+
+/* The cap on flow entries ("flows") is in this range. */
+#define P3_MIN_FLOWS		1
+#define P3_MAX_FLOWS		(1U << 20)
 
 /* The flow hash table's size is a power of two in this range. */
 #define P3_MIN_BUCKETS		16
@@ -51,6 +59,7 @@ enum {
 	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
 	TCA_P3_PAD,
 	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
+	TCA_P3_FLOWS,		/* u32: most flow entries, P3_MIN..P3_MAX_FLOWS */
 	__TCA_P3_MAX
 };
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)
@@ -89,13 +98,17 @@ struct tc_p3_xstats {
 	__u64	untagged;	/* packets sent to the default band */
 	__u64	drops_limit;	/* pushed out by the packet limit */
 	__u64	drops_memory;	/* pushed out by the byte limit */
-	__u64	drops_alloc;	/* no memory for a new flow */
+	__u64	drops_alloc;	/* always 0 after 0.2: a packet whose flow
+				 * cannot be allocated spills instead */
 	__u64	throttled;	/* dequeues deferred by the rate pacer */
 	__u64	drops_deadline;	/* loss-tolerant packets older than their
 				 * band's deadline, dropped at dequeue */
 	__u64	drops_tolerant;	/* loss-tolerant packets pushed out by a
 				 * limit (also counted in drops_limit or
 				 * drops_memory) */
+	__u64	spilled;	/* packets queued in their band's shared
+				 * flow: no flow entry could be had (the
+				 * "flows" cap, or no memory) */
 };
 
 #endif /* _UAPI_LINUX_PKT_SCHED_P3_H */
