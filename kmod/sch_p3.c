@@ -22,7 +22,6 @@
 #include <linux/jiffies.h>
 #include <linux/module.h>
 #include <linux/slab.h>
-#include <linux/timer.h>
 #include <net/dsfield.h>
 #include <net/netlink.h>
 #include <net/pkt_cls.h>
@@ -37,16 +36,19 @@
  * its place (p3_flow_recycle()).
  */
 #define P3_FLOW_IDLE	HZ
-/* The GC timer frees flows empty this long: later than they may be
- * reused, so that while new flows keep coming they reuse old ones and the
- * allocator is left alone, and an idle host still gets its memory back.
+/* The GC frees flows empty this long: later than they may be reused, so
+ * that while new flows keep coming they reuse old ones and the allocator
+ * is left alone.
  */
 #define P3_FLOW_EXPIRE	(2 * P3_FLOW_IDLE)
-/* Idle flows one run of the GC timer frees at most: the timer holds the
- * root lock, so this bounds the stall it adds to every packet of the
- * device.  More are left to the next run, one jiffy later.
+/* Idle flows one GC pass frees at most.  A pass runs inline, as fq_gc()
+ * does (a new flow's lookup, a dequeue that empties p3), under the root
+ * lock: this bounds what it adds to one packet.  There is no timer, so
+ * nothing can run beside reset or destroy.
  */
-#define P3_GC_BATCH	256
+#define P3_GC_BATCH	8
+/* Buckets of the index of spilled flows (p3_spill_find()). */
+#define P3_SPILL_LOG	10
 /* Flows are filed by the size class of their backlog, fls(bytes) - 1, so
  * that overflow finds a fattest flow in O(1): see p3_size_refile().
  */
@@ -62,12 +64,12 @@
 /* A byte cap below one GSO packet's truesize would drop everything. */
 #define P3_MIN_MEMORY	(64U << 10)
 /* Enqueue times of loss-tolerant packets, in units of 2^10 ns (about a
- * microsecond) modulo 2^25: 34 s, beyond P3_MAX_DEADLINE_US, in the 25
+ * microsecond) modulo 2^24: 17 s, beyond P3_MAX_DEADLINE_US, in the 24
  * bits skb->cb has left.  A packet queued longer than that may be sent
  * late instead of dropped, which is what a reliable band does anyway.
  */
 #define P3_STAMP_SHIFT	10
-#define P3_STAMP_BITS	25
+#define P3_STAMP_BITS	24
 #define P3_STAMP_MASK	((1U << P3_STAMP_BITS) - 1)
 /* Expired packets one dequeue drops, and one peek steps over, at most:
  * the root lock is held, and a band full of them must not stall the
@@ -86,9 +88,15 @@ struct p3_skb_cb {
 	struct sk_buff	*min_next;
 	u32		band:6;		/* as classified, before inheritance */
 	u32		tolerant:1;	/* its band had a deadline at enqueue */
+	u32		spill_last:1;	/* newest spilled packet of its key */
 	u32		stamp:P3_STAMP_BITS;	/* enqueue time, if tolerant */
 } __packed;
 
+/*
+ * The packets of a flow, in order.  A flow entry is found by key in the
+ * flow table; each band also has one shared flow of key 0, outside the
+ * table, for packets that can have no entry of their own (p3_spill()).
+ */
 struct p3_flow {
 	struct sk_buff		*head;		/* FIFO, linked by skb->next */
 	struct sk_buff		*tail;
@@ -97,7 +105,9 @@ struct p3_flow {
 	 */
 	struct sk_buff		*min_head;
 	struct sk_buff		*min_tail;
-	/* On bands[band].flows if qlen, else on the idle list. */
+	/* On bands[band].flows if qlen, else on the idle list (a shared
+	 * flow: on no list).
+	 */
 	struct list_head	band_node;
 	struct hlist_node	hash_node;
 	/* On by_size[size_slot] if qlen; may stay there when it empties. */
@@ -118,6 +128,7 @@ struct p3_band {
 	u32				deadline;	/* stamp units, 0: reliable */
 	u32				deadline_us;	/* as configured */
 	u32				memory;	/* truesize of its packets */
+	struct p3_flow			spill;	/* shared flow, see p3_spill() */
 	struct gnet_stats_basic_sync	bstats;	/* sent from this band */
 	struct gnet_stats_queue		qstats;	/* qlen, backlog, drops */
 };
@@ -128,6 +139,7 @@ struct p3_config {
 	u32	memory;		/* bytes of skb truesize, 0 = no cap */
 	u32	quantum;
 	u32	buckets;	/* flow hash table, a power of two */
+	u32	flows;		/* most flow entries */
 	u8	bands;
 	u8	default_band;
 	bool	default_set;	/* else default follows bands - 1 */
@@ -170,14 +182,16 @@ struct p3_sched_data {
 	 * head, and never walks the table.
 	 */
 	struct list_head	idle;
+	/* The newest spilled packet of each key with packets in a shared
+	 * flow, chained by skb->prev in buckets of its key's hash.
+	 */
+	struct sk_buff		**spill_index;
+	u32			spill_keys;
 
 	/* statistics, written under the qdisc lock */
 	struct tc_p3_xstats	stats;
 
-	/* timers: pacing and garbage collection of idle flows */
-	struct qdisc_watchdog	watchdog;
-	struct timer_list	gc_timer;
-	struct Qdisc		*sch;
+	struct qdisc_watchdog	watchdog;	/* pacing */
 
 	struct p3_band		bands[P3_MAX_BANDS];
 };
@@ -445,23 +459,26 @@ static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 	q->flows--;
 }
 
-/* Frees up to P3_GC_BATCH expired flows, oldest first.  Returns true if
- * expired flows are left.
+/* Frees up to P3_GC_BATCH idle flows, oldest first: those empty for
+ * P3_FLOW_EXPIRE, and any while the table holds more than "flows" (the
+ * cap was lowered).  Returns how many it freed.
  */
-static bool p3_gc(struct p3_sched_data *q)
+static u32 p3_gc(struct p3_sched_data *q)
 {
-	unsigned int budget = P3_GC_BATCH;
-	struct p3_flow *flow, *tmp;
+	struct p3_flow *flow;
+	u32 freed = 0;
 
-	list_for_each_entry_safe(flow, tmp, &q->idle, band_node) {
-		if (!p3_flow_idle_for(flow, P3_FLOW_EXPIRE))
-			return false;
-		if (!budget--)
-			return true;
+	while (freed < P3_GC_BATCH) {
+		flow = list_first_entry_or_null(&q->idle, struct p3_flow,
+						band_node);
+		if (!flow || (q->flows <= q->cfg.flows &&
+			      !p3_flow_idle_for(flow, P3_FLOW_EXPIRE)))
+			break;
 		p3_flow_free(q, flow);
 		q->stats.flows_gc++;
+		freed++;
 	}
-	return false;
+	return freed;
 }
 
 /* Frees every idle flow, stale or not: the qdisc is being reset. */
@@ -473,57 +490,34 @@ static void p3_gc_all(struct p3_sched_data *q)
 		p3_flow_free(q, flow);
 }
 
-/* Wakes the GC when the oldest idle flow expires, or at once if a run
- * left expired flows behind.
+/* @flow holds no packets from now on: an entry joins the idle list's
+ * tail, a band's shared flow just leaves its band.
  */
-static void p3_gc_arm(struct p3_sched_data *q, bool expired_left)
-{
-	struct p3_flow *oldest;
-
-	oldest = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
-	if (!oldest)
-		return;
-	mod_timer(&q->gc_timer, expired_left ? jiffies + 1 :
-		  oldest->idle_since + P3_FLOW_EXPIRE + 1);
-}
-
-static void p3_gc_timer(struct timer_list *t)
-{
-	struct p3_sched_data *q = from_timer(q, t, gc_timer);
-	spinlock_t *root_lock;
-
-	rcu_read_lock();
-	root_lock = qdisc_lock(qdisc_root_sleeping(q->sch));
-	spin_lock(root_lock);
-	p3_gc_arm(q, p3_gc(q));
-	spin_unlock(root_lock);
-	rcu_read_unlock();
-}
-
-/* @flow holds no packets from now on: it joins the idle list's tail. */
 static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 {
+	if (unlikely(!flow->key)) {
+		list_del_init(&flow->band_node);
+		return;
+	}
 	flow->idle_since = jiffies;
 	list_move_tail(&flow->band_node, &q->idle);
-	if (!timer_pending(&q->gc_timer))
-		p3_gc_arm(q, false);
 }
 
 /*
- * The oldest idle flow, if it has been empty for P3_FLOW_IDLE, taken out
- * of the table and cleared for reuse, else NULL.  A new flow takes it
- * rather than a fresh allocation: however fast new flows come, the table
- * grows only while no flow is that old (it holds about the flows of the
- * last P3_FLOW_IDLE, though the timer frees only P3_GC_BATCH per jiffy),
- * and a host whose flows come back less often than that pays no
- * allocator for it.
+ * The oldest idle flow, taken out of the table and cleared for reuse, if
+ * it has been empty for P3_FLOW_IDLE or the table is at its cap; else
+ * NULL.  A new flow takes it rather than a fresh allocation: however fast
+ * new flows come, the table grows only while no flow is that old, never
+ * beyond the cap, and a host whose flows come back less often than that
+ * pays no allocator for it.
  */
 static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 {
 	struct p3_flow *flow;
 
 	flow = list_first_entry_or_null(&q->idle, struct p3_flow, band_node);
-	if (!flow || !p3_flow_idle_for(flow, P3_FLOW_IDLE))
+	if (!flow || (q->flows < q->cfg.flows &&
+		      !p3_flow_idle_for(flow, P3_FLOW_IDLE)))
 		return NULL;
 	p3_size_unfile(q, flow);
 	list_del(&flow->band_node);
@@ -534,22 +528,89 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 	return flow;
 }
 
-/* Finds or creates the flow of @key.  An idle flow found here keeps its
- * deficit however long it was idle, until it is reused or freed.
+/*
+ * Spilled packets (p3_spill()) are indexed by key, one per key: the
+ * newest, marked spill_last and chained by skb->prev (a qdisc's own while
+ * the packet is queued here) in buckets of the key's hash.  The index
+ * takes no memory of its own, so it cannot fail where the flow table did.
  */
-static __always_inline struct p3_flow *
-p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
+static struct sk_buff **p3_spill_bucket(struct p3_sched_data *q,
+					unsigned long key)
 {
-	struct hlist_head *bucket;
+	return &q->spill_index[hash_long(key, P3_SPILL_LOG)];
+}
+
+/* The newest spilled packet of @key, or NULL if it has none queued. */
+static struct sk_buff *p3_spill_find(struct p3_sched_data *q,
+				     unsigned long key)
+{
+	struct sk_buff *skb;
+
+	if (likely(!q->spill_keys))
+		return NULL;
+	for (skb = *p3_spill_bucket(q, key); skb; skb = skb->prev)
+		if (p3_flow_key(skb) == key)
+			return skb;
+	return NULL;
+}
+
+static void p3_spill_index(struct p3_sched_data *q, struct sk_buff *skb,
+			   unsigned long key)
+{
+	struct sk_buff **bucket = p3_spill_bucket(q, key);
+
+	p3_cb(skb)->spill_last = 1;
+	skb->prev = *bucket;
+	*bucket = skb;
+	q->spill_keys++;
+}
+
+static void p3_spill_unindex(struct p3_sched_data *q, struct sk_buff *skb,
+			     unsigned long key)
+{
+	struct sk_buff **link = p3_spill_bucket(q, key);
+
+	while (*link != skb)
+		link = &(*link)->prev;
+	*link = skb->prev;
+	skb->prev = NULL;
+	p3_cb(skb)->spill_last = 0;
+	q->spill_keys--;
+}
+
+/* @skb, the newest spilled packet of its key, just left shared @flow.
+ * A packet of the same key can be left only if overflow took @skb from
+ * behind the peeked head (p3_flow_pop_next()): then the head is the
+ * newest.
+ */
+static noinline void p3_spill_left(struct p3_sched_data *q,
+				   struct p3_flow *flow, struct sk_buff *skb)
+{
+	unsigned long key = p3_flow_key(skb);
+
+	p3_spill_unindex(q, skb, key);
+	if (flow->qlen && p3_flow_key(flow->head) == key)
+		p3_spill_index(q, flow->head, key);
+}
+
+/*
+ * A new entry for @key, to go in @bucket of the table: an idle one
+ * recycled, else a fresh one below the cap, else NULL; NULL too while
+ * @key has packets spilled, which its next packets must follow.  Runs a
+ * GC pass: new flows are what fill the table.  Out of line: only a
+ * flow's first packet comes here.
+ */
+static noinline struct p3_flow *p3_flow_new(struct p3_sched_data *q,
+					    unsigned long key,
+					    struct hlist_head *bucket)
+{
 	struct p3_flow *flow;
 
-	bucket = &q->flow_table[hash_long(key, q->buckets_log)];
-	hlist_for_each_entry(flow, bucket, hash_node)
-		if (flow->key == key)
-			return flow;
-
+	if (unlikely(p3_spill_find(q, key)))
+		return NULL;
 	flow = p3_flow_recycle(q);
-	if (!flow)
+	p3_gc(q);
+	if (!flow && q->flows < q->cfg.flows)
 		flow = kmem_cache_zalloc(p3_flow_cache,
 					 GFP_ATOMIC | __GFP_NOWARN);
 	if (!flow)
@@ -563,6 +624,23 @@ p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
 	/* Its first packet may yet be dropped, leaving it idle. */
 	p3_flow_idle(q, flow);
 	return flow;
+}
+
+/* Finds the flow of @key, or makes one (NULL: none can be had, and the
+ * packet spills).  An idle flow found here keeps its deficit however
+ * long it was idle, until it is reused or freed.
+ */
+static __always_inline struct p3_flow *
+p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
+{
+	struct hlist_head *bucket;
+	struct p3_flow *flow;
+
+	bucket = &q->flow_table[hash_long(key, q->buckets_log)];
+	hlist_for_each_entry(flow, bucket, hash_node)
+		if (flow->key == key)
+			return flow;
+	return p3_flow_new(q, key, bucket);
 }
 
 static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
@@ -691,6 +769,8 @@ static __always_inline void p3_flow_unlinked(struct Qdisc *sch,
 	flow->qlen--;
 	flow->backlog -= len;
 	flow->memory -= skb->truesize;
+	if (unlikely(p3_cb(skb)->spill_last))
+		p3_spill_left(q, flow, skb);
 	q->memory_usage -= skb->truesize;
 	sch->q.qlen--;
 	qdisc_qstats_backlog_dec(sch, skb);
@@ -959,6 +1039,48 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 }
 
 /*
+ * Enqueue of @skb, of @band and @key, which can have no flow entry (the
+ * table is at its "flows" cap with none idle, or memory ran out): it
+ * joins its band's shared flow, so it is still served at its band, in
+ * DRR turn with the band's other flows, and no other flow is served at
+ * its band because of it.  While its key has packets spilled it goes
+ * behind them, in their shared flow, whatever its own band: a flow is
+ * never reordered, and there it is its own earlier packets' band it
+ * takes.  Returns what p3_enqueue() returns.  Out of line: only a full
+ * flow table comes here.
+ */
+static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
+			     unsigned long key, u8 band,
+			     struct sk_buff **to_free)
+{
+	struct p3_sched_data *q = qdisc_priv(sch);
+	struct sk_buff *last = p3_spill_find(q, key);
+	int ret = NET_XMIT_SUCCESS;
+	struct p3_flow *flow;
+
+	/* A packet of a shared flow keeps that flow's band in its cb, even
+	 * past a fold (p3_fold_bands()): the band names the flow.
+	 */
+	if (last)
+		band = p3_cb(last)->band;
+	flow = &q->bands[band].spill;
+	if (unlikely(p3_overlimit(sch, 1, skb->truesize))) {
+		ret = p3_enqueue_full(skb, sch, flow, band, to_free);
+		if (ret == NET_XMIT_DROP)
+			return ret;
+		/* Overflow may have pushed out the one found. */
+		last = p3_spill_find(q, key);
+	} else {
+		p3_admit(sch, flow, skb, band);
+	}
+	if (last)
+		p3_spill_unindex(q, last, key);
+	p3_spill_index(q, skb, key);
+	q->stats.spilled++;
+	return ret;
+}
+
+/*
  * Holds @skb, of @band, which found the qdisc empty: it is the next to
  * leave whatever its flow, so it needs no flow, DRR turn (nor deficit)
  * or size class, only its band.  Most packets on a link that keeps up
@@ -1009,56 +1131,28 @@ static bool p3_may_hold(struct Qdisc *sch, struct sk_buff *skb, u8 band)
 /*
  * Files the lone packet under its flow, as if it had been enqueued the
  * usual way, while a second packet is being enqueued: from then on the
- * two are ordered by band and flow like any others.  Returns false, with
- * the packet still held, if its flow cannot be allocated.  Out of line:
- * only the first packet to wait comes here.
+ * two are ordered by band and flow like any others.  Out of line: only
+ * the first packet to wait comes here.
  */
-static noinline bool p3_file_lone(struct p3_sched_data *q)
+static noinline void p3_file_lone(struct p3_sched_data *q)
 {
 	struct sk_buff *skb = q->lone;
-	struct p3_flow *flow;
+	unsigned long key = p3_flow_key(skb);
+	struct p3_flow *flow = p3_flow_lookup(q, key);
+	u8 band = p3_cb(skb)->band;
 
-	flow = p3_flow_lookup(q, p3_flow_key(skb));
-	if (unlikely(!flow))
-		return false;
 	q->lone = NULL;
+	/* Nothing else is queued, so no packet of its key is spilled. */
+	if (unlikely(!flow))
+		flow = &q->bands[band].spill;
 	if (q->peeked == skb)
 		q->peeked_flow = flow;
 	/* Its band had no deadline when it came, whatever it has now. */
-	p3_flow_push(q, flow, skb, p3_cb(skb)->band, false);
-	return true;
-}
-
-/*
- * The lone packet's flow could not be allocated as @skb, of @band, came:
- * the less urgent of the two is dropped (the arriving one if they are
- * level), as overflow never costs the more urgent band, and counted in
- * drops_alloc.  Returns what p3_enqueue() returns.
- */
-static noinline int p3_enqueue_no_flow(struct sk_buff *skb,
-				       struct Qdisc *sch, u8 band,
-				       struct sk_buff **to_free)
-{
-	struct p3_sched_data *q = qdisc_priv(sch);
-	struct sk_buff *lone = q->lone;
-	u32 lone_len = qdisc_pkt_len(lone);
-	u8 lone_band = p3_cb(lone)->band;
-
-	q->stats.drops_alloc++;
-	/* A peeked lone packet stays: the parent charged for it. */
-	if (band >= lone_band || lone == q->peeked ||
-	    !p3_may_hold(sch, skb, band)) {
-		q->bands[band].qstats.drops++;
-		return qdisc_drop(skb, sch, to_free);
+	p3_flow_push(q, flow, skb, band, false);
+	if (unlikely(!flow->key)) {
+		p3_spill_index(q, skb, key);
+		q->stats.spilled++;
 	}
-	q->bands[lone_band].qstats.drops++;
-	qdisc_drop(p3_take_lone(sch), sch, to_free);
-	p3_hold_lone(skb, sch, band);
-	/* Only now, with @skb held: a parent told of the drop while this
-	 * qdisc looked empty would deactivate the class it is enqueueing to.
-	 */
-	qdisc_tree_reduce_backlog(sch, 1, lone_len);
-	return NET_XMIT_SUCCESS;
 }
 
 static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
@@ -1066,6 +1160,7 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow;
+	unsigned long key;
 	int band;
 
 	band = p3_classify(skb, sch);
@@ -1082,15 +1177,13 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	/* The lone packet first: a lookup may recycle an idle flow, and
 	 * must not take the one just found for @skb.
 	 */
-	if (q->lone && unlikely(!p3_file_lone(q)))
-		return p3_enqueue_no_flow(skb, sch, band, to_free);
+	if (q->lone)
+		p3_file_lone(q);
 
-	flow = p3_flow_lookup(q, p3_flow_key(skb));
-	if (unlikely(!flow)) {
-		q->stats.drops_alloc++;
-		q->bands[band].qstats.drops++;
-		return qdisc_drop(skb, sch, to_free);
-	}
+	key = p3_flow_key(skb);
+	flow = p3_flow_lookup(q, key);
+	if (unlikely(!flow))
+		return p3_spill(skb, sch, key, band, to_free);
 	if (unlikely(p3_overlimit(sch, 1, skb->truesize)))
 		return p3_enqueue_full(skb, sch, flow, band, to_free);
 	p3_admit(sch, flow, skb, band);
@@ -1322,6 +1415,9 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	_bstats_update(&q->bands[band].bstats, qdisc_pkt_len(skb), 1);
 	qdisc_bstats_update(sch, skb);
 	p3_pacer_charge(q, qdisc_pkt_len(skb));
+	/* An idle moment: the flows that expired meanwhile go. */
+	if (!sch->q.qlen && !list_empty(&q->idle))
+		p3_gc(q);
 	return skb;
 }
 
@@ -1400,6 +1496,7 @@ static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 	[TCA_P3_PAD]		= { .type = NLA_REJECT,
 				    .reject_message = "Padding is not an option" },
 	[TCA_P3_BUCKETS]	= { .type = NLA_U32 },
+	[TCA_P3_FLOWS]		= { .type = NLA_U32 },
 };
 
 static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
@@ -1409,6 +1506,7 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 	cfg->tag = P3_DEFAULT_TAG;
 	cfg->limit = P3_DEFAULT_LIMIT;
 	cfg->buckets = P3_DEFAULT_BUCKETS;
+	cfg->flows = P3_DEFAULT_FLOWS;
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
 }
 
@@ -1477,6 +1575,14 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 		    !is_power_of_2(cfg->buckets)) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BUCKETS],
 					    "Buckets must be a power of two between 16 and 1048576");
+			return -EINVAL;
+		}
+	}
+	if (tb[TCA_P3_FLOWS]) {
+		cfg->flows = nla_get_u32(tb[TCA_P3_FLOWS]);
+		if (cfg->flows < P3_MIN_FLOWS || cfg->flows > P3_MAX_FLOWS) {
+			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_FLOWS],
+					    "Flow limit must be between 1 and 1048576");
 			return -EINVAL;
 		}
 	}
@@ -1563,6 +1669,11 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	}
 	if (pushed)
 		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
+	/* Idle flows over a lowered cap go now; those holding packets go
+	 * once they empty, by the GC.
+	 */
+	while (q->flows > cfg->flows && p3_gc(q))
+		;
 
 	if (!table)
 		return NULL;
@@ -1626,12 +1737,10 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	int err;
 
 	/* Everything destroy() touches is valid before the first failure. */
-	q->sch = sch;
 	qdisc_watchdog_init(&q->watchdog, sch);
-	/* Not deferrable: an idle host must still give idle flows back. */
-	timer_setup(&q->gc_timer, p3_gc_timer, 0);
 	for (i = 0; i < P3_MAX_BANDS; i++) {
 		INIT_LIST_HEAD(&q->bands[i].flows);
+		INIT_LIST_HEAD(&q->bands[i].spill.band_node);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 	}
 	INIT_LIST_HEAD(&q->idle);
@@ -1649,6 +1758,12 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 		NL_SET_ERR_MSG(extack, "No memory for the p3 size classes");
 		return -ENOMEM;
 	}
+	q->spill_index = kvcalloc(1U << P3_SPILL_LOG, sizeof(*q->spill_index),
+				  GFP_KERNEL);
+	if (!q->spill_index) {
+		NL_SET_ERR_MSG(extack, "No memory for the p3 spill index");
+		return -ENOMEM;
+	}
 	/* There is no flow table yet: applying a configuration makes it. */
 	return opt ? p3_change(sch, opt, extack) : p3_apply(sch, &q->cfg, extack);
 }
@@ -1659,10 +1774,10 @@ static void p3_destroy(struct Qdisc *sch)
 
 	tcf_block_put(q->block);
 	qdisc_watchdog_cancel(&q->watchdog);
-	timer_shutdown_sync(&q->gc_timer);
 	p3_purge(sch);
 	kvfree(q->flow_table);
 	kvfree(q->by_size);
+	kvfree(q->spill_index);
 }
 
 static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
@@ -1681,6 +1796,7 @@ static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
 	    nla_put_u32(skb, TCA_P3_MEMORY, cfg->memory) ||
 	    nla_put_u32(skb, TCA_P3_QUANTUM, cfg->quantum) ||
 	    nla_put_u32(skb, TCA_P3_BUCKETS, cfg->buckets) ||
+	    nla_put_u32(skb, TCA_P3_FLOWS, cfg->flows) ||
 	    nla_put_u64_64bit(skb, TCA_P3_RATE, cfg->rate, TCA_P3_PAD)) {
 		nla_nest_cancel(skb, opts);
 		return -EMSGSIZE;

@@ -15,14 +15,16 @@ every datagram's arrival the receiver timestamps). Meanwhile:
   flows    short flows: forwarded datagrams each to its own port (a flow
            per 5-tuple, keyed by hash) and local UDP sockets that send
            once and close (keyed by socket), while the qdisc is changed
-           now and then; then the garbage collector must give every flow
-           back (xstats `flows`, the p3_flow slab after a shrink).
+           now and then; once they have expired, a wave of new flows,
+           whose lookups run the GC, must leave none of them (xstats
+           `flows`, the p3_flow slab after a shrink).
 
 Checks, in numbers: the kernel logs no report; the probe never stops for
 more than a second (--max-gap; the debug kernel's pass allows 3) around
 any batch of changes or any reload (the gap
-between two arrivals, measured at the receiver); after the flows, xstats
-counts no flow and the p3_flow slab is back at its baseline; on a debug
+between two arrivals, measured at the receiver); after the wave, xstats
+counts no flow but the wave's and the churn's, and the p3_flow slab no
+more than those above its baseline; on a debug
 kernel, kmemleak finds nothing that points at sch_p3 or the qdisc layer.
 
   selftests/vm-run -- selftests/p3_churn.py [--cycles N] [--reloads N]
@@ -49,6 +51,8 @@ from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
                        kmemleak_p3, kmemleak_scan, kmemleak_available, Rtnl)
 
 PROBE_PORT = 5301
+# kmod/sch_p3.c: the most idle flows one GC pass frees (P3_GC_BATCH).
+GC_BATCH = 8
 PROBE_PPS = 200
 # A change may hold traffic up this long, no longer (--max-gap). The
 # debug kernel asks for more: there, grafting a qdisc waits out RCU grace
@@ -298,8 +302,8 @@ def test_short_flows(args, chk, probe, nl, ifindex):
     router()
     tc(f"qdisc replace dev {SDEV} root handle 1: p3 bands 8 tag priority "
        f"rate {SHORT_FLOWS_RATE}")
-    # Idle flows of the earlier tests are freed two seconds after they
-    # empty (P3_FLOW_EXPIRE).
+    # Idle flows of the earlier tests may stay until new flows' lookups
+    # free them: the baseline is taken now, and the wave below frees them.
     time.sleep(2.5)
     base = slab_objects()
     x0 = p3_xstats(nl, ifindex)
@@ -335,14 +339,15 @@ def test_short_flows(args, chk, probe, nl, ifindex):
     t1 = time.monotonic()
     tc(f"qdisc change dev {SDEV} root handle 1: p3 bands 8 tag priority rate 20mbit")
     x1 = p3_xstats(nl, ifindex)
-    # Idle for P3_FLOW_IDLE (1 s), then the GC timer's next round.
-    deadline = time.monotonic() + 10
-    while True:
-        time.sleep(1.0)
-        x2 = p3_xstats(nl, ifindex)
-        # The eight flows of the churn stay; every short one must go.
-        if x2["flows"] <= 8 or time.monotonic() > deadline:
-            break
+    # The GC runs inline: once they have expired (P3_FLOW_EXPIRE, 2 s),
+    # each new flow's lookup frees up to GC_BATCH of the idle ones and
+    # recycles one more.  A wave of new flows big enough to free them all
+    # twice over; the churn's eight flows keep p3 from emptying.
+    time.sleep(2.5)
+    wave = x1["flows"] // GC_BATCH * 2 + 200
+    p3t(["spray", RADDR, "--count", str(wave), "--first-port", "20000"],
+        ns="p3rtr", wait=True)
+    x2 = p3_xstats(nl, ifindex)
     end = slab_objects()
     created = x1["flows_created"] - x0["flows_created"]
     # A closed socket's memory comes back for the next one, and with it
@@ -351,7 +356,7 @@ def test_short_flows(args, chk, probe, nl, ifindex):
     want = args.flows
     chk.note(f"{args.flows} forwarded + {args.socket_flows} socket flows in "
              f"{t1 - t0:.1f} s; flows created {created}, live after "
-             f"{x1['flows']}, after idle {x2['flows']}; gc "
+             f"{x1['flows']}, after a wave of {wave} more {x2['flows']}; gc "
              f"{x2['flows_gc'] - x0['flows_gc']}; drops_alloc "
              f"{x2['drops_alloc'] - x0['drops_alloc']}; drops_limit "
              f"{x2['drops_limit'] - x0['drops_limit']}; slab objects "
@@ -361,13 +366,15 @@ def test_short_flows(args, chk, probe, nl, ifindex):
                f"only {created} flows created of {want}")
     chk.expect(x2["drops_limit"] > x0["drops_limit"],
                "the queue never overflowed: the drop path went untested")
-    chk.expect(x2["flows"] <= 8, f"{x2['flows']} flows left after idle")
+    # Left: the wave's own flows, and the churn's eight.
+    chk.expect(x2["flows"] <= wave + 8,
+               f"{x2['flows']} flows left after the wave of {wave}")
     chk.expect(x2["flows_gc"] - x0["flows_gc"] >= created - 8,
                "idle flows not garbage-collected")
     if base is not None:
-        # At most the eight churn flows may have come back meanwhile.
-        chk.expect(end <= base + 8,
-                   f"p3_flow slab objects {end} above baseline {base}")
+        chk.expect(end <= base + wave + 8,
+                   f"p3_flow slab objects {end} above baseline {base} and "
+                   f"the wave")
     sh("ip netns del p3rtr")
 
 

@@ -10,13 +10,10 @@ from the qdisc's statistics, and the kernel log is checked after each.
   selftests/vm-run -- selftests/p3_traffic.py [-t NAME]...
 """
 import argparse
-import gzip
-import math
-import os
-import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from p3lib import (FORWARDED, PORT, RADDR, RADDR6, RCV, RTR, SADDR, SDEV,
@@ -532,101 +529,154 @@ def slab_objects():
     return None
 
 
-# P3_GC_BATCH in kmod/sch_p3.c: idle flows one run of the GC timer frees,
-# and one run per jiffy at most.
-GC_BATCH = 256
+# kmod/sch_p3.c: the most idle flows one GC pass frees, and how long a
+# flow must have been idle for a pass to free it (P3_FLOW_EXPIRE, 2 s).
+GC_BATCH = 8
+FLOW_EXPIRE = 2.0
+# The flood test's cap, and the slab growth it allows: 4,096 flow entries
+# (512 KB) and the packets queued meanwhile (p3's default limit of 10,000
+# small datagrams, about 10 MB of skbs and their data).
+FLOWS_CAP = 4096
+SLAB_GROWTH = 16 << 20
 
 
-# gc_100k_flows checks the GC's pace unless --no-gc-pace.
-GC_PACE = True
+def slab_bytes():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Slab:"):
+                return int(line.split()[1]) << 10
+    raise RuntimeError("no Slab: in /proc/meminfo")
 
 
-def kernel_hz():
-    # Debian's kernels have their config in /boot; the debug kernel, not
-    # installed there, has it built in (IKCONFIG_PROC).
-    try:
-        with gzip.open("/proc/config.gz", "rt") as f:
-            config = f.read()
-    except FileNotFoundError:
-        with open(f"/boot/config-{os.uname().release}") as f:
-            config = f.read()
-    return int(re.search(r"^CONFIG_HZ=(\d+)$", config, re.M)[1])
+class Sampler:
+    """xstats and slab memory, sampled as fast as tc answers, in a thread
+    while a flood runs."""
+
+    def __init__(self):
+        self.flows, self.slab, self.spilled = [], [], []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done.is_set():
+            x = qdisc_json()["xstats"]
+            self.flows.append(x["flows"])
+            self.spilled.append(x.get("spilled", 0))
+            self.slab.append(slab_bytes())
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(timeout=60)
 
 
-def gc_samples(timeout=10):
-    """(t_before, t_after, flows) samples of the flow count, as fast as tc
-    answers, from now until it reaches 0."""
-    samples = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        t0 = time.monotonic()
-        flows = qdisc_json()["xstats"]["flows"]
-        samples.append((t0, time.monotonic(), flows))
-        if not flows:
-            break
-    return samples
+def trickle(count):
+    """@count datagrams of one UDP flow, 200 a second: each finds p3 empty
+    and leaves it so, and a dequeue that empties p3 runs a GC pass."""
+    p3t(["udp", RADDR, "--port", "9", "--count", str(count), "--size",
+         "64", "--tags", "none", "--pps", "200"])
 
 
-def max_gc_rate(samples, hz):
-    """The most flows freed per jiffy between two samples, counting the
-    widest the window between them can have been, plus the one run that
-    may have straddled its start."""
-    rate = 0.0
-    for (a0, _, fa), (_, b1, fb) in zip(samples, samples[1:]):
-        jiffies = math.ceil((b1 - a0) * hz) + 1
-        rate = max(rate, (fa - fb) / jiffies)
-    return rate
+def collect_idle_flows(first, rest):
+    """Once p3 is empty and every flow has expired, a trickle of @first
+    datagrams, then one of @rest.  Returns the xstats after each."""
+    deadline = time.monotonic() + 60
+    while qdisc_json()["qlen"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(FLOW_EXPIRE + 0.5)
+    trickle(first)
+    x_first = qdisc_json()["xstats"]
+    trickle(rest)
+    return x_first, qdisc_json()["xstats"]
 
 
-def test_gc_100k_flows(chk):
-    """100k forwarded flows (no local socket: keyed by hash); the flow
-    table must give every entry back once they go idle, and the GC timer
-    may free no more than GC_BATCH of them per jiffy (it holds the root
-    lock while it runs)."""
+def test_flows_cap(chk):
+    """100,000 forwarded destinations (no local socket: keyed by hash)
+    through p3 flows 4096 beneath tbf, so that they wait and need flow
+    entries, beside a tagged TCP flow: the entries never exceed the cap,
+    the packets beyond it spill into their own band (the TCP flow keeps
+    band 0 and its rate), slab memory grows by at most 16 MB; then the GC
+    gives every entry back, at most GC_BATCH a pass."""
     router()
     no_ipv6()
-    # Paced far below the spray, so that packets queue: a packet that
-    # finds p3 empty leaves without a flow (p3_hold_lone()).  p3 is
-    # empty only until the pacer's first 10 ms of credit is spent, about
-    # a dozen packets at 1 Mbit/s: 99,981-99,985 flows made in three
-    # runs, against 99,998-100,000 before the lone packet.  A queue of
-    # 1,000 takes 0.85 s to drain, should the sender pause.
-    p3_root("rate 1mbit limit 1000")
-    base = slab_objects()
-    x0 = qdisc_json()["xstats"]
-    # In C and in well under a second, so that the flows turn stale
-    # together and the GC, not a lookup, has to free them.  The debug
-    # kernel under single-thread TCG needs about a minute for the 100,000
-    # (94,208 by the earlier 60 s cap): -n ends it, -t only bounds it.
+    sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+    tc(f"qdisc add dev {SDEV} root handle 1: tbf rate {RATE} "
+       f"burst {PARENT_BURST} latency 100ms")
+    tc(f"qdisc add dev {SDEV} parent 1:1 handle 10: p3 {TAG} "
+       f"flows {FLOWS_CAP}")
+    sink = Sink()
+    tcp = p3t(["bulk", RADDR, "--port", str(PORT), "--conns", "1",
+               "--seconds", "600", "--tag", URGENT, "--group", "1"],
+              wait=False)
+    time.sleep(3)
+    objs0 = slab_objects()
+    base = slab_bytes()
+    c0, x0 = class_stats(), qdisc_json()["xstats"]
+    t0 = time.monotonic()
+    sampler = Sampler()
+    # -n ends it; -t only bounds it: the debug kernel under emulation
+    # sends far slower.
     sent = udpflood(f"-d {FORWARDED.split('/')[0]} -p 9 -u 100000 "
                     "-n 100000 -t 300")
-    spray_s = sent["seconds"]
-    x1 = qdisc_json()["xstats"]
-    samples = gc_samples()
-    x2 = qdisc_json()["xstats"]
-    end = slab_objects()
+    t1 = time.monotonic()
+    sampler.stop()
+    c1, x1 = class_stats(), qdisc_json()["xstats"]
+    time.sleep(2)
+    stop(tcp)
+    rep = sink.stop()
+    span = tcp_span(rep, 1)
+    alone = tcp_rate(rep, 1, span[0] + 1, t0)
+    during = tcp_rate(rep, 1, t0 + 0.5, t1)
+    bands = diff_bands(c1, c0)
+    # The TCP segments' wire bytes, as the band counts them, over the
+    # flood's window: received payload, headers added.
+    tcp_bytes = during * (t1 - t0 - 0.5) / 8 / GOODPUT
     created = x1["flows_created"] - x0["flows_created"]
-    hz = kernel_hz()
-    fastest = max_gc_rate(samples, hz)
-    chk.note(f"sprayed {sent['sent']} in {spray_s:.2f} s; flows created "
-             f"{created}, "
-             f"live right after {x1['flows']}, after idle {x2['flows']}; "
-             f"gc {x2['flows_gc'] - x0['flows_gc']}; slab objects "
-             f"{base} -> {end}; {len(samples)} samples while idle, "
-             f"fastest GC {fastest:.0f} flows per jiffy (HZ {hz})")
-    chk.expect(created >= 99900, f"only {created} flows created")
-    if GC_PACE:
-        chk.expect(fastest <= GC_BATCH, f"the GC freed {fastest:.0f} flows "
-                   f"in one jiffy, above its bound of {GC_BATCH} per run")
-        chk.expect(len(samples) >= 3, "premise: too few samples while the "
-                   "GC ran to see its pace")
-    else:
-        chk.note("GC pace not checked (--no-gc-pace)")
+    spilled = x1["spilled"] - x0["spilled"]
+    growth = max(sampler.slab) - base
+    chk.note(f"flood of {sent['sent']} in {sent['seconds']:.1f} s; "
+             f"{len(sampler.flows)} samples, flows at most "
+             f"{max(sampler.flows)}; flows created {created}, spilled "
+             f"{spilled}; slab +{growth / 2**20:.1f} MB; TCP alone "
+             f"{alone / 1e6:.2f} Mbit/s, during the flood "
+             f"{during / 1e6:.2f}; band 0 sent {bands[0]['bytes']} bytes, "
+             f"band 7 {bands[7]['bytes']}")
+    chk.expect(len(sampler.flows) >= 5, "premise: too few samples")
+    chk.expect(sent["sent"] >= 99900, f"premise: only {sent['sent']} sent")
+    chk.expect(spilled > 0, "premise: nothing spilled, the cap was never "
+               "reached")
+    chk.expect(max(sampler.flows) <= FLOWS_CAP,
+               f"{max(sampler.flows)} flow entries, above the cap")
+    chk.expect(created + spilled >= 0.9 * sent["sent"],
+               "premise: the flood's packets did not wait in p3")
+    chk.expect(growth <= SLAB_GROWTH,
+               f"slab grew {growth / 2**20:.1f} MB, above 16 MB")
+    chk.expect(during >= 0.9 * alone, f"TCP fell to {during / 1e6:.2f} "
+               f"Mbit/s from {alone / 1e6:.2f} during the flood")
+    # Band 0 carried the TCP flow and nothing of the flood.
+    chk.expect(0.9 * tcp_bytes <= bands[0]["bytes"] <= 1.1 * tcp_bytes,
+               f"band 0 sent {bands[0]['bytes']} bytes for "
+               f"{tcp_bytes:.0f} of TCP")
+
+    # The flows left are freed GC_BATCH a pass: a trickle too short to
+    # free them all, then one long enough to twice over.
+    x_idle = qdisc_json()["xstats"]
+    first = x_idle["flows"] // GC_BATCH // 4
+    x_first, x2 = collect_idle_flows(first, x_idle["flows"] // GC_BATCH * 2)
+    freed = x_idle["flows"] - x_first["flows"]
+    objs = slab_objects()
+    chk.note(f"idle: {x_idle['flows']} flows; after {first} datagrams "
+             f"{x_first['flows']}, after the rest {x2['flows']}; p3_flow "
+             f"slab objects {objs0} -> {objs}")
+    chk.expect(x_first["flows"] > 0, "premise: the short trickle freed "
+               "every flow")
+    chk.expect(freed <= GC_BATCH * (first + 1),
+               f"{freed} flows freed by {first} datagrams: more than "
+               f"{GC_BATCH} a pass")
     chk.expect(x2["flows"] == 0, f"{x2['flows']} flows left after idle")
-    chk.expect(x2["flows_gc"] - x0["flows_gc"] >= 99900,
-               "idle flows not garbage-collected")
-    if base is not None:
-        chk.expect(end <= base, f"slab objects {end} above baseline {base}")
+    if objs0 is not None:
+        chk.expect(objs <= objs0, f"p3_flow slab objects {objs} above "
+                   f"{objs0} before the flood")
     sh(f"ip netns del {RTR}")
 
 
@@ -708,25 +758,20 @@ TESTS = [
     ("peek_under_tbf", test_peek_under_tbf),
     ("own_rate", test_own_rate),
     ("own_rate_small_urgent", test_own_rate_small_urgent),
-    ("gc_100k_flows", test_gc_100k_flows),
+    ("flows_cap", test_flows_cap),
     ("lifecycle", test_lifecycle),
 ]
 
 
 def main():
-    global RATE, GC_PACE
+    global RATE
     ap = argparse.ArgumentParser(description=__doc__)
     add_selection_args(ap)
     ap.add_argument("--prefix", default="", help="prefix of TAP names")
     ap.add_argument("--rate", default=RATE,
                     help=f"link rate of the shaped tests (tc syntax, {RATE})")
-    ap.add_argument("--no-gc-pace", action="store_true",
-                    help="gc_100k_flows: skip the per-jiffy bound, which "
-                    "needs tc to answer within a few jiffies (the debug "
-                    "kernel's does not)")
     args = ap.parse_args()
     RATE = args.rate
-    GC_PACE = not args.no_gc_pace
     sh("modprobe sch_p3")
     return run_tests(TESTS, args, "traffic")
 

@@ -56,13 +56,12 @@ est() {
 
 # The debug kernel (KASAN, lockdep, kmemleak) runs several times slower
 # under emulation: a link slow enough that it, not the CPU, is still the
-# bottleneck; tc answers there too slowly to sample the GC's pace jiffy
-# by jiffy. Its tdc run is a guest of its own (scripts/check-debug.sh),
+# bottleneck. Its tdc run is a guest of its own (scripts/check-debug.sh),
 # which make check starts beside the stock kernels' guests: tdc measures
 # no time, so it does not mind sharing the machine.
 traffic_args=() overload_args=()
 if [ "$kernel" = debug ]; then
-	traffic_args=(--rate 4mbit --no-gc-pace)
+	traffic_args=(--rate 4mbit)
 	overload_args=(--accounting-only)
 fi
 # The debug kernel is there for memory and lock errors, which depend on
@@ -70,8 +69,8 @@ fi
 # check's pass, in CI's time) leaves out the traffic tests whose kernel
 # paths another suite of the same pass reaches: the urgent latency and
 # the re-tagged flow (strict_priority, and tdc's re-tag case), the tag
-# sources (tdc's case for each), the GC of 100,000 flows and the module
-# unload (churn: 5,000 flows collected, 5 reloads with qdiscs live), the
+# sources (tdc's case for each), the module unload (churn: 5 reloads
+# with qdiscs live), the
 # pacer's accuracy, alone and beside small urgent packets (p3's own
 # pacer sets strict_priority's link rate; the stock kernels measure its
 # accuracy: on this one the guest is too short of CPU to, and a 12 s
@@ -85,7 +84,7 @@ fi
 # until someone decides otherwise; a name that no longer exists fails.
 if [ $quick -eq 1 ]; then
 	for t in urgent_latency no_reorder reorder_control_prio tag_sources \
-		gc_100k_flows lifecycle own_rate own_rate_small_urgent \
+		lifecycle own_rate own_rate_small_urgent \
 		under_tbf under_htb peek_under_tbf; do
 		traffic_args+=(-x "$t")
 	done
