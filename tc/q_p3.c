@@ -26,7 +26,7 @@
 
 /*
  * parse_qopt() runs before tc appends anything sizeable to the request,
- * so the bound iproute2's own qdiscs pass is ample for our 64 bytes.
+ * so the bound iproute2's own qdiscs pass is ample for our 80 bytes.
  */
 #define P3_NLMSG_MAX	1024
 
@@ -39,6 +39,7 @@ struct p3_opt {
 	__u32	memory;
 	__u32	quantum;
 	__u32	buckets;
+	__u32	flows;
 	__u64	rate;
 };
 
@@ -50,19 +51,24 @@ static const char * const p3_tag_names[] = {
 
 static_assert(ARRAY_SIZE(p3_tag_names) == __P3_TAG_MAX,
 	      "every tag source in pkt_sched_p3.h needs a name");
+/* The usage and the parse error spell P3_MAX_FLOWS out. */
+static_assert(P3_MAX_FLOWS == 1048576, "P3_MAX_FLOWS is written out below");
 
 static void p3_explain(void)
 {
 	fprintf(stderr,
 		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
 		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
-		"              [ buckets N ]\n"
+		"              [ buckets N ] [ flows N ]\n"
 		"Defaults: bands " __stringify(P3_DEFAULT_BANDS) " ("
 		__stringify(P3_MIN_BANDS) ".." __stringify(P3_MAX_BANDS) "), "
 		"default bands-1, tag dscp, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
 		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced),\n"
 		"          buckets " __stringify(P3_DEFAULT_BUCKETS) " (a power of two, "
-		__stringify(P3_MIN_BUCKETS) "..1048576).\n"
+		__stringify(P3_MIN_BUCKETS) "..1048576),\n"
+		"          flows " __stringify(P3_DEFAULT_FLOWS) " ("
+		__stringify(P3_MIN_FLOWS) "..1048576 flow entries; beyond them a\n"
+		"          packet waits in its band's shared queue).\n"
 		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
 		"Classes (bands): ... class change ... classid H:K p3 deadline TIME\n"
 		"          drops a packet of band K-1 that waited longer than TIME\n"
@@ -168,6 +174,18 @@ static const char *p3_parse_buckets(struct p3_opt *o, const char *arg,
 	return NULL;
 }
 
+static const char *p3_parse_flows(struct p3_opt *o, const char *arg,
+				  const char *dev)
+{
+	__u32 v;
+
+	if (get_u32(&v, arg, 0) || v < P3_MIN_FLOWS || v > P3_MAX_FLOWS)
+		return "expected a flow count, " __stringify(P3_MIN_FLOWS)
+		       "..1048576";
+	o->flows = v;
+	return NULL;
+}
+
 static const char *p3_parse_rate(struct p3_opt *o, const char *arg,
 				 const char *dev)
 {
@@ -195,6 +213,7 @@ static const struct p3_arg {
 	{ "quantum",	TCA_P3_QUANTUM,	p3_parse_quantum },
 	{ "rate",	TCA_P3_RATE,	p3_parse_rate },
 	{ "buckets",	TCA_P3_BUCKETS,	p3_parse_buckets },
+	{ "flows",	TCA_P3_FLOWS,	p3_parse_flows },
 };
 
 static const struct p3_arg *p3_find_arg(const char *name)
@@ -239,6 +258,8 @@ static int p3_put_opt(struct nlmsghdr *n, const struct p3_opt *o)
 		err |= addattr64(n, P3_NLMSG_MAX, TCA_P3_RATE, o->rate);
 	if (p3_has(o, TCA_P3_BUCKETS))
 		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_BUCKETS, o->buckets);
+	if (p3_has(o, TCA_P3_FLOWS))
+		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_FLOWS, o->flows);
 	addattr_nest_end(n, nest);
 	return err ? -1 : 0;
 }
@@ -326,6 +347,9 @@ static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
 	if (p3_attr_ok(tb, TCA_P3_BUCKETS, sizeof(__u32)))
 		print_uint(PRINT_ANY, "buckets", "buckets %u ",
 			   rta_getattr_u32(tb[TCA_P3_BUCKETS]));
+	if (p3_attr_ok(tb, TCA_P3_FLOWS, sizeof(__u32)))
+		print_uint(PRINT_ANY, "flows", "flows %u ",
+			   rta_getattr_u32(tb[TCA_P3_FLOWS]));
 	return 0;
 }
 
@@ -463,6 +487,9 @@ static int p3_print_xstats(struct qdisc_util *qu, FILE *f,
 		     st.drops_deadline);
 	print_lluint(PRINT_ANY, "drops_tolerant", " drops_tolerant %llu",
 		     st.drops_tolerant);
+	/* Not a drop: a line of its own, so the lines above keep their form. */
+	print_nl();
+	print_lluint(PRINT_ANY, "spilled", "  spilled %llu", st.spilled);
 	return 0;
 }
 

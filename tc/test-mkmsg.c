@@ -9,6 +9,7 @@
  *   short  only the fields before "preemptions" (an older kernel)
  *   long   8 more bytes than we know (a newer kernel)
  *   newtag as full, with a tag source this plugin has no name for
+ *   noflows as full, without TCA_P3_FLOWS (a kernel before it)
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -54,7 +55,7 @@ static void put_u32(struct msgbuf *m, int type, __u32 v)
 	put(m, type, &v, sizeof(v));
 }
 
-static void put_options(struct msgbuf *m, __u8 tag)
+static void put_options(struct msgbuf *m, __u8 tag, int flows)
 {
 	struct rtattr *nest = put(m, TCA_OPTIONS | NLA_F_NESTED, NULL, 0);
 	__u64 rate = 1250000;
@@ -69,6 +70,8 @@ static void put_options(struct msgbuf *m, __u8 tag)
 	put(m, TCA_P3_PAD, NULL, 0);
 	put(m, TCA_P3_RATE, &rate, sizeof(rate));
 	put_u32(m, TCA_P3_BUCKETS, 65536);
+	if (flows)
+		put_u32(m, TCA_P3_FLOWS, 4096);
 	end(m, nest);
 }
 
@@ -91,6 +94,7 @@ static void put_stats(struct msgbuf *m, size_t xlen)
 		.throttled	= 11,
 		.drops_deadline	= 12,
 		.drops_tolerant	= 13,
+		.spilled	= 14,
 	};
 	struct rtattr *nest = put(m, TCA_STATS2 | NLA_F_NESTED, NULL, 0);
 
@@ -120,11 +124,12 @@ int main(int argc, char **argv)
 		xlen = offsetof(struct tc_p3_xstats, preemptions);
 	else if (!strcmp(v, "long"))
 		xlen += 8;
-	else if (strcmp(v, "full") && strcmp(v, "newtag"))
+	else if (strcmp(v, "full") && strcmp(v, "newtag") && strcmp(v, "noflows"))
 		return 2;
 
 	put(&m, TCA_KIND, "p3", 3);
-	put_options(&m, strcmp(v, "newtag") ? P3_TAG_DSCP : __P3_TAG_MAX);
+	put_options(&m, strcmp(v, "newtag") ? P3_TAG_DSCP : __P3_TAG_MAX,
+		    strcmp(v, "noflows") != 0);
 	put_stats(&m, xlen);
 	return fwrite(&m, 1, m.n.nlmsg_len, stdout) == m.n.nlmsg_len ? 0 : 1;
 }

@@ -210,6 +210,11 @@ rejects "quantum abc"			'^p3: invalid quantum "abc"' quantum abc
 rejects "buckets 1000 is no power of two"	'^p3: invalid buckets "1000": expected a power of two, 16\.\.1048576$' buckets 1000
 rejects "buckets 8 is below 16"		'^p3: invalid buckets "8"' buckets 8
 rejects "buckets 2097152 is above 2^20"	'^p3: invalid buckets "2097152"' buckets 2097152
+rejects "flows 0 is below 1"		'^p3: invalid flows "0": expected a flow count, 1\.\.1048576$' flows 0
+rejects "flows 1048577 is above 2^20"	'^p3: invalid flows "1048577"' flows 1048577
+rejects "flows above u32"		'^p3: invalid flows "4294967296"' flows 4294967296
+rejects "flows 1k is not a number"	'^p3: invalid flows "1k"' flows 1k
+rejects "flows -1"			'^p3: invalid flows "-1"' flows -1
 rejects "rate fast"			'^p3: invalid rate "fast"' rate fast
 rejects "rate -10mbit"			'^p3: invalid rate "-10mbit"' rate -10mbit
 rejects "unknown option"		'^p3: unknown option "bandz"$' bandz 4
@@ -232,8 +237,8 @@ fi
 
 accepts "no options send an empty nest" ""
 accepts "every option round-trips" \
-	"bands 4 default 3 tag mark limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 " \
-	bands 4 default 3 tag mark limit 100 memory 4mb quantum 3028 rate 10mbit buckets 65536
+	"bands 4 default 3 tag mark limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 flows 4096 " \
+	bands 4 default 3 tag mark limit 100 memory 4mb quantum 3028 rate 10mbit buckets 65536 flows 4096
 accepts "only the options given are sent (change keeps the rest)" \
 	"limit 5 " limit 5
 accepts "bands 64 default 63 is the upper edge" \
@@ -243,6 +248,9 @@ accepts "bands 2 default 1 tag priority is the lower edge" \
 accepts "memory 0 and rate 0 mean no cap and unpaced" \
 	"tag dscp memory 0b rate 0bit " tag dscp memory 0 rate 0
 accepts "buckets 16 and 1048576 are the edges" "buckets 1048576 " buckets 16 buckets 1048576
+accepts "flows 1 is the lower edge" "flows 1 " flows 1
+accepts "flows 1048576 is the upper edge" "flows 1048576 " flows 1048576
+accepts "flows in hex, as tc's other counts" "flows 4096 " flows 0x1000
 accepts "the last of a repeated option wins" "bands 16 " bands 8 bands 16
 
 echo "# the kernel took $ntaken of $nsent requests (none without sch_p3)"
@@ -268,19 +276,24 @@ class_sends "deadline 0 is sent, and prints nothing" "" deadline 0
 # --- printing what the kernel dumps ----------------------------------------
 
 shows "tc -s prints options and every xstats field" full \
-	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 $' \
+	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 flows 4096 $' \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
 	'^  drops_limit 8 drops_memory 9 drops_alloc 10$' \
-	'^  drops_deadline 12 drops_tolerant 13$'
+	'^  drops_deadline 12 drops_tolerant 13$' \
+	'^  spilled 14$'
 shows "a shorter xstats from an older kernel reads as zeros" short \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 0 boosts 0 untagged 0 throttled 0$' \
 	'^  drops_limit 0 drops_memory 0 drops_alloc 0$' \
-	'^  drops_deadline 0 drops_tolerant 0$'
+	'^  drops_deadline 0 drops_tolerant 0$' \
+	'^  spilled 0$'
 shows "a longer xstats from a newer kernel is cut to what we know" long \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
-	'^  drops_limit 8 drops_memory 9 drops_alloc 10$'
+	'^  drops_limit 8 drops_memory 9 drops_alloc 10$' \
+	'^  spilled 14$'
+shows "options from a kernel before flows print without it" noflows \
+	' rate 10Mbit buckets 65536 $'
 shows "an unknown tag source prints as its number" newtag ' tag 3 limit 100 '
 
 if ! command -v python3 >/dev/null; then
@@ -294,14 +307,14 @@ else
 	q = json.load(open(sys.argv[1]))[0]
 	want = {"bands": 4, "default": 3, "tag": "dscp", "limit": 100,
 	        "memory": 4 << 20, "quantum": 3028, "rate": 1250000,
-	        "buckets": 65536}
+	        "buckets": 65536, "flows": 4096}
 	assert q["options"] == want, q["options"]
 	xs = ["flows", "flows_active", "flows_created", "flows_gc",
 	      "preemptions", "boosts", "untagged", "drops_limit",
 	      "drops_memory", "drops_alloc", "throttled", "drops_deadline",
-	      "drops_tolerant"]
+	      "drops_tolerant", "spilled"]
 	got = [q[k] for k in xs]
-	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 10, 11, 12, 13], got
+	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 10, 11, 12, 13, 14], got
 	EOF
 	check "tc -j -s prints every option and xstats as JSON" $?
 fi
