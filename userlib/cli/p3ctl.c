@@ -43,7 +43,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: p3ctl [--json] add|change|replace DEV [parent ID] [handle ID] [bands N]\n"
 	      "              [default B] [tag dscp|priority|mark] [limit PKTS]\n"
-	      "              [memory BYTES] [quantum BYTES] [rate RATE] [buckets N]\n"
+	      "              [memory BYTES] [quantum BYTES] [rate RATE] [buckets N] [flows N]\n"
 	      "       p3ctl [--json] del|show DEV [parent ID] [handle ID]\n"
 	      "       p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]\n"
 	      "       p3ctl stat DEV [parent ID] [handle ID] --prometheus\n"
@@ -200,6 +200,10 @@ static int parse_opt(struct cli *c, const char *key, const char *val)
 		o->mask |= P3_QOPT_BUCKETS;
 		return 0;
 	}
+	if (!strcmp(key, "flows") && !parse_u32(val, &o->flows, UINT32_MAX)) {
+		o->mask |= P3_QOPT_FLOWS;
+		return 0;
+	}
 	if (!strcmp(key, "rate") && !parse_rate(val, &o->rate)) {
 		o->mask |= P3_QOPT_RATE;
 		return 0;
@@ -274,7 +278,10 @@ static int parse_args(struct cli *c, int argc, char **argv)
 {
 	int i;
 
-	*c = (struct cli){ .parent = P3_ROOT, .interval = 1.0, .doctor.sample_s = -1 };
+	/* The options' size: libp3 reads flows only from a struct that says
+	 * it holds it. */
+	*c = (struct cli){ .parent = P3_ROOT, .opts.size = sizeof(c->opts), .interval = 1.0,
+			   .doctor.sample_s = -1 };
 	/* Flags may come anywhere: getopt moves the words to the end. */
 	if (parse_flags(c, argc, argv) || argc - optind < 1)
 		return -1;
@@ -320,6 +327,8 @@ static void print_opts_text(const struct p3_qdisc_stats *st)
 		printf(" rate %s", o->rate ? fmt_rate((double)o->rate, r, sizeof(r)) : "unlimited");
 	if (o->mask & P3_QOPT_BUCKETS)
 		printf(" buckets %" PRIu32, o->buckets);
+	if (o->mask & P3_QOPT_FLOWS)
+		printf(" flows %" PRIu32, o->flows);
 	putchar('\n');
 }
 
@@ -333,8 +342,8 @@ static void print_opts_json(const struct p3_qdisc_stats *st)
 	printf("\"bands\":%u,\"default\":%u,\"tag\":\"%s\",", o->bands, o->defband,
 	       (o->mask & P3_QOPT_TAG) ? p3_tag_method_name(o->tag) : "");
 	printf("\"limit\":%" PRIu32 ",\"memory\":%" PRIu32 ",\"quantum\":%" PRIu32
-	       ",\"rate\":%" PRIu64 ",\"buckets\":%" PRIu32 "}", o->limit, o->memory,
-	       o->quantum, o->rate, o->buckets);
+	       ",\"rate\":%" PRIu64 ",\"buckets\":%" PRIu32 ",\"flows\":%" PRIu32 "}", o->limit,
+	       o->memory, o->quantum, o->rate, o->buckets, o->flows);
 }
 
 static void print_band_json(const struct p3_band_stats *b, uint32_t deadline_us,
@@ -359,10 +368,11 @@ static void print_xstats_json(const struct p3_qdisc_stats *st)
 	       ",\"flows_created\":%" PRIu64 ",\"flows_gc\":%" PRIu64 ",\"preemptions\":%" PRIu64
 	       ",\"boosts\":%" PRIu64 ",\"untagged\":%" PRIu64 ",\"drops_limit\":%" PRIu64
 	       ",\"drops_memory\":%" PRIu64 ",\"drops_alloc\":%" PRIu64 ",\"throttled\":%" PRIu64
-	       ",\"drops_deadline\":%" PRIu64 ",\"drops_tolerant\":%" PRIu64 "}", x->flows,
-	       x->flows_active, x->flows_created, x->flows_gc, x->preemptions, x->boosts,
-	       x->untagged, x->drops_limit, x->drops_memory, x->drops_alloc, x->throttled,
-	       st->drops_deadline, st->drops_tolerant);
+	       ",\"drops_deadline\":%" PRIu64 ",\"drops_tolerant\":%" PRIu64
+	       ",\"spilled\":%" PRIu64 "}", x->flows, x->flows_active, x->flows_created,
+	       x->flows_gc, x->preemptions, x->boosts, x->untagged, x->drops_limit,
+	       x->drops_memory, x->drops_alloc, x->throttled, st->drops_deadline,
+	       st->drops_tolerant, st->spilled);
 }
 
 /* rates[b] = {packets/s, bytes/s} against the previous sample, or NULL. */
@@ -398,12 +408,13 @@ static void print_stats_text(const struct p3_qdisc_stats *st, double (*rates)[2]
 	       t->drops, t->overlimits, t->requeues, t->backlog, t->qlen);
 	if (st->have_xstats)
 		printf(" flows %" PRIu32 " (active %" PRIu32 ") created %" PRIu64 " gc %" PRIu64
-		       " preemptions %" PRIu64 " boosts %" PRIu64 " untagged %" PRIu64
-		       "\n drops: limit %" PRIu64 " memory %" PRIu64 " alloc %" PRIu64
-		       " deadline %" PRIu64 " (tolerant %" PRIu64 ")  throttled %" PRIu64 "\n",
-		       x->flows, x->flows_active, x->flows_created, x->flows_gc, x->preemptions,
-		       x->boosts, x->untagged, x->drops_limit, x->drops_memory, x->drops_alloc,
-		       st->drops_deadline, st->drops_tolerant, x->throttled);
+		       " spilled %" PRIu64 " preemptions %" PRIu64 " boosts %" PRIu64
+		       " untagged %" PRIu64 "\n drops: limit %" PRIu64 " memory %" PRIu64
+		       " alloc %" PRIu64 " deadline %" PRIu64 " (tolerant %" PRIu64
+		       ")  throttled %" PRIu64 "\n", x->flows, x->flows_active, x->flows_created,
+		       x->flows_gc, st->spilled, x->preemptions, x->boosts, x->untagged,
+		       x->drops_limit, x->drops_memory, x->drops_alloc, st->drops_deadline,
+		       st->drops_tolerant, x->throttled);
 	printf(" %4s %12s %14s %8s %10s %6s%s\n", "band", "packets", "bytes", "drops", "backlog",
 	       "qlen", rates ? "      pkt/s        rate" : "");
 	for (b = 0; b < st->nbands; b++) {

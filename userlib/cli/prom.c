@@ -27,8 +27,12 @@ struct prom_field {
 
 #define BAND_FIELD(n, t, h, m)                                                          \
 	{ n, t, h, offsetof(struct p3_band_stats, m), sizeof(((struct p3_band_stats *)0)->m) }
-#define XSTATS_FIELD(n, t, h, m)                                                        \
-	{ n, t, h, offsetof(struct p3_xstats, m), sizeof(((struct p3_xstats *)0)->m) }
+/* Offsets in struct p3_qdisc_stats: the counters added since the first
+ * layout live after its xstats. */
+#define STATS_FIELD(n, t, h, m)                                                         \
+	{ n, t, h, offsetof(struct p3_qdisc_stats, m),                                  \
+	  sizeof(((struct p3_qdisc_stats *)0)->m) }
+#define XSTATS_FIELD(n, t, h, m) STATS_FIELD(n, t, h, xstats.m)
 
 /* Every field of struct p3_band_stats, for the qdisc and for each band. */
 static const struct prom_field band_fields[] = {
@@ -41,13 +45,17 @@ static const struct prom_field band_fields[] = {
 	BAND_FIELD("backlog_packets", "gauge", "Packets queued now", qlen),
 };
 
-/* struct p3_xstats but its drops, which are one family by cause below. */
+/* The xstats but the drops, which are one family by cause below. */
 static const struct prom_field xstats_fields[] = {
 	XSTATS_FIELD("flows", "gauge", "Flow entries allocated now", flows),
 	XSTATS_FIELD("active_flows", "gauge", "Flows holding packets now", flows_active),
 	XSTATS_FIELD("flows_created_total", "counter", "Flow entries created", flows_created),
 	XSTATS_FIELD("flows_gc_total", "counter", "Idle flow entries garbage-collected",
 		     flows_gc),
+	STATS_FIELD("spilled_packets_total", "counter",
+		    "Packets queued in their band's shared flow for want of a flow entry "
+		    "(the flows cap, or no memory)",
+		    spilled),
 	XSTATS_FIELD("preemptions_total", "counter",
 		     "Switches to a more urgent band while a less urgent one held backlog",
 		     preemptions),
@@ -60,11 +68,7 @@ static const struct prom_field xstats_fields[] = {
 		     throttled),
 };
 
-/* In struct p3_qdisc_stats: the causes added since the first layout
- * live after its xstats. */
-#define DROP_CAUSE(n, m)                                                                 \
-	{ n, NULL, NULL, offsetof(struct p3_qdisc_stats, m),                             \
-	  sizeof(((struct p3_qdisc_stats *)0)->m) }
+#define DROP_CAUSE(n, m) STATS_FIELD(n, NULL, NULL, m)
 static const struct prom_field drop_causes[] = {
 	DROP_CAUSE("limit", xstats.drops_limit),
 	DROP_CAUSE("memory", xstats.drops_memory),
@@ -92,6 +96,8 @@ static const struct {
 	OPT_FIELD(P3_QOPT_RATE, "pacing_rate_bytes_per_second",
 		  "Pacing rate, 0 for unpaced", rate),
 	OPT_FIELD(P3_QOPT_BUCKETS, "flow_buckets", "Hash chains of the flow table", buckets),
+	OPT_FIELD(P3_QOPT_FLOWS, "flows_limit", "Most flow entries; beyond them packets spill",
+		  flows),
 #undef OPT_FIELD
 };
 
@@ -182,16 +188,16 @@ static void prom_bands(const struct prom_ctx *c, const struct p3_qdisc_stats *st
 
 static void prom_xstats(const struct prom_ctx *c, const struct p3_qdisc_stats *st)
 {
-	const struct p3_xstats *x = &st->xstats;
 	const struct prom_field *m;
 
 	for (m = xstats_fields; m < xstats_fields + sizeof(xstats_fields) / sizeof(*m); m++) {
 		prom_head(c, "p3_", m->name, m->type, m->help, "");
-		prom_sample(c, "p3_", m->name, NULL, NULL, field_value(x, m->off, m->size));
+		prom_sample(c, "p3_", m->name, NULL, NULL, field_value(st, m->off, m->size));
 	}
 	prom_head(c, "p3_", "dropped_packets_by_cause_total", "counter",
 		  "Packets the qdisc pushed out, by cause: limit (the packet limit), "
-		  "memory (the byte limit), alloc (no memory for a new flow), deadline "
+		  "memory (the byte limit), alloc (no memory for a new flow: 0 since 0.3, where "
+		  "such a packet spills instead), deadline "
 		  "(loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: "
 		  "also counted as limit or memory)", "");
 	for (m = drop_causes; m < drop_causes + sizeof(drop_causes) / sizeof(*m); m++)

@@ -670,6 +670,7 @@ void p3_dgram_close(struct p3_dgram *d);
 #define P3_QOPT_QUANTUM		(1u << 5)
 #define P3_QOPT_RATE		(1u << 6)
 #define P3_QOPT_BUCKETS		(1u << 7)
+#define P3_QOPT_FLOWS		(1u << 8)	/* since 0.3 */
 
 struct p3_qdisc_opts {
 	uint32_t	size;		/* sizeof(struct p3_qdisc_opts), 0 = first layout */
@@ -682,6 +683,13 @@ struct p3_qdisc_opts {
 	uint32_t	quantum;	/* DRR quantum, bytes */
 	uint64_t	rate;		/* bytes per second, 0 = unpaced */
 	uint32_t	buckets;	/* flow hash table, a power of two */
+	/* Since 0.3, read only when size covers it (sizeof(struct
+	 * p3_qdisc_opts)): P3_QOPT_FLOWS with size 0, the first layout, fails
+	 * with -EINVAL.  It fills what was the struct's tail padding (rate
+	 * makes it 8-aligned), so struct p3_qdisc_stats, which holds one,
+	 * keeps its layout. */
+	uint32_t	flows;		/* most flow entries, 1..2^20; beyond
+					 * them packets spill (p3_qdisc_stats) */
 };
 
 /* Create (fails if one exists), change in place, or create-or-replace.
@@ -738,6 +746,9 @@ struct p3_qdisc_stats {
 	uint64_t		drops_deadline;	/* loss-tolerant, expired */
 	uint64_t		drops_tolerant;	/* loss-tolerant, at a limit */
 	uint32_t		deadline_us[P3_MAX_BANDS];	/* 0 = reliable */
+	uint64_t		spilled;	/* queued in their band's shared
+						 * flow: no flow entry (the flows
+						 * cap, or no memory) */
 };
 
 /* Options and handle of the p3 qdisc at parent (handle 0: any p3 there;

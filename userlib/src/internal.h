@@ -47,7 +47,7 @@ static inline uint64_t get_be64(const uint8_t *p)
  */
 #define P3_PLAN_OPTS_SIZE_1	offsetof(struct p3_plan_opts, order)
 #define P3_CHAN_OPTS_SIZE_1	offsetof(struct p3_chan_opts, level_stride)
-#define P3_QDISC_OPTS_SIZE_1	sizeof(struct p3_qdisc_opts)
+#define P3_QDISC_OPTS_SIZE_1	offsetof(struct p3_qdisc_opts, flows)
 #define P3_QDISC_STATS_SIZE_1	offsetof(struct p3_qdisc_stats, drops_deadline)
 #define P3_DGRAM_OPTS_SIZE_1	sizeof(struct p3_dgram_opts)
 

@@ -128,6 +128,7 @@ static void parse_xstats(const struct nlattr *a, struct p3_qdisc_stats *st)
 	memcpy(&st->xstats, &x, sizeof(st->xstats));
 	st->drops_deadline = x.drops_deadline;
 	st->drops_tolerant = x.drops_tolerant;
+	st->spilled = x.spilled;
 	st->have_xstats = 1;
 }
 
@@ -197,6 +198,8 @@ static void parse_opts(struct nlattr *nest, struct p3_qdisc_opts *o)
 	o->mask |= opt_u32(tb, TCA_P3_MEMORY, &o->memory) ? P3_QOPT_MEMORY : 0;
 	o->mask |= opt_u32(tb, TCA_P3_QUANTUM, &o->quantum) ? P3_QOPT_QUANTUM : 0;
 	o->mask |= opt_u32(tb, TCA_P3_BUCKETS, &o->buckets) ? P3_QOPT_BUCKETS : 0;
+	/* A module before 0.3 sends none: the bit stays clear, flows 0. */
+	o->mask |= opt_u32(tb, TCA_P3_FLOWS, &o->flows) ? P3_QOPT_FLOWS : 0;
 	if (tb[TCA_P3_RATE] && nla_len(tb[TCA_P3_RATE]) >= 8) {
 		memcpy(&o->rate, nla_data(tb[TCA_P3_RATE]), 8);
 		o->mask |= P3_QOPT_RATE;

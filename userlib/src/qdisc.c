@@ -22,6 +22,17 @@
 #define SOL_NETLINK	270
 #endif
 
+/*
+ * flows went into the first layout's tail padding: struct p3_qdisc_stats
+ * holds a struct p3_qdisc_opts, and a larger one would move every field
+ * after it for the callers built before.  Where uint64_t is only 4-aligned
+ * (i386) there was no padding, and this fails rather than break them.
+ */
+_Static_assert(sizeof(struct p3_qdisc_opts) ==
+	       (offsetof(struct p3_qdisc_opts, buckets) + sizeof(uint32_t) +
+		_Alignof(struct p3_qdisc_opts) - 1) / _Alignof(struct p3_qdisc_opts) *
+	       _Alignof(struct p3_qdisc_opts), "p3_qdisc_opts keeps its size");
+
 /* libnl reports its own NLE_* codes; callers get errnos. */
 static int nle_errno(int nle)
 {
@@ -149,17 +160,26 @@ static int put_opts(struct nl_msg *msg, const struct p3_qdisc_opts *o)
 		err |= nla_put_u64(msg, TCA_P3_RATE, o->rate);
 	if (o->mask & P3_QOPT_BUCKETS)
 		err |= nla_put_u32(msg, TCA_P3_BUCKETS, o->buckets);
+	if (o->mask & P3_QOPT_FLOWS)
+		err |= nla_put_u32(msg, TCA_P3_FLOWS, o->flows);
 	if (err)
 		return -EMSGSIZE;
 	return nla_nest_end(msg, nest) ? -EMSGSIZE : 0;
 }
 
-static int check_opts(const struct p3_qdisc_opts *o)
+/* caller_size: what the caller's struct holds (its size, 0: the first layout). */
+static int check_opts(const struct p3_qdisc_opts *o, size_t caller_size)
 {
 	if (!o)
 		return 0;
 	if (o->mask & ~(P3_QOPT_BANDS | P3_QOPT_DEFAULT | P3_QOPT_TAG | P3_QOPT_LIMIT |
-			P3_QOPT_MEMORY | P3_QOPT_QUANTUM | P3_QOPT_RATE | P3_QOPT_BUCKETS))
+			P3_QOPT_MEMORY | P3_QOPT_QUANTUM | P3_QOPT_RATE | P3_QOPT_BUCKETS |
+			P3_QOPT_FLOWS))
+		return -EINVAL;
+	/* The bit without the field: sending the 0 we hold would only earn
+	 * the kernel's range error, for a value the caller never gave. */
+	if ((o->mask & P3_QOPT_FLOWS) &&
+	    caller_size < offsetof(struct p3_qdisc_opts, flows) + sizeof(o->flows))
 		return -EINVAL;
 	if ((o->mask & P3_QOPT_TAG) && (o->tag < P3_METHOD_DSCP || o->tag > P3_METHOD_MARK))
 		return -EINVAL;
@@ -195,6 +215,7 @@ static int qdisc_request(const char *ifname, uint32_t parent, uint32_t handle, i
 			 int flags, const struct p3_qdisc_opts *opts)
 {
 	struct p3_qdisc_opts mine = { 0 }, *o = NULL;
+	size_t caller_size = 0;
 	struct nl_sock *sk;
 	struct nl_msg *msg;
 	int ifindex, err;
@@ -205,8 +226,9 @@ static int qdisc_request(const char *ifname, uint32_t parent, uint32_t handle, i
 		if (err)
 			return err;
 		o = &mine;
+		caller_size = opts->size ? opts->size : P3_QDISC_OPTS_SIZE_1;
 	}
-	if (!ifname || check_opts(o))
+	if (!ifname || check_opts(o, caller_size))
 		return -EINVAL;
 	ifindex = (int)if_nametoindex(ifname);
 	if (!ifindex)

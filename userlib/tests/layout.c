@@ -45,7 +45,7 @@ int main(void)
 	FIELD(p3_qdisc_opts, defband); FIELD(p3_qdisc_opts, tag);
 	FIELD(p3_qdisc_opts, limit); FIELD(p3_qdisc_opts, memory);
 	FIELD(p3_qdisc_opts, quantum); FIELD(p3_qdisc_opts, rate);
-	FIELD(p3_qdisc_opts, buckets);
+	FIELD(p3_qdisc_opts, buckets); FIELD(p3_qdisc_opts, flows);
 	SIZE(p3_band_stats);
 	FIELD(p3_band_stats, packets); FIELD(p3_band_stats, bytes);
 	FIELD(p3_band_stats, drops); FIELD(p3_band_stats, overlimits);
@@ -64,6 +64,6 @@ int main(void)
 	FIELD(p3_qdisc_stats, have_xstats); FIELD(p3_qdisc_stats, xstats);
 	FIELD(p3_qdisc_stats, nbands); FIELD(p3_qdisc_stats, band);
 	FIELD(p3_qdisc_stats, drops_deadline); FIELD(p3_qdisc_stats, drops_tolerant);
-	FIELD(p3_qdisc_stats, deadline_us);
+	FIELD(p3_qdisc_stats, deadline_us); FIELD(p3_qdisc_stats, spilled);
 	return 0;
 }

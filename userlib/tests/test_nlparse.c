@@ -73,7 +73,8 @@ static void put_done(void)
 static void build_qdisc_dump(size_t xlen)
 {
 	struct tc_p3_xstats x = { .flows = 7, .flows_active = 2, .preemptions = 99,
-				  .throttled = 5, .drops_deadline = 41, .drops_tolerant = 43 };
+				  .throttled = 5, .drops_deadline = 41, .drops_tolerant = 43,
+				  .spilled = 47 };
 	struct nl_msg *m;
 	struct nlattr *o;
 
@@ -87,6 +88,7 @@ static void build_qdisc_dump(size_t xlen)
 	nla_put_u32(m, TCA_P3_LIMIT, 10000);
 	nla_put_u32(m, TCA_P3_QUANTUM, 1514);
 	nla_put_u64(m, TCA_P3_RATE, 6250000);
+	nla_put_u32(m, TCA_P3_FLOWS, 4096);
 	nla_nest_end(m, o);
 	put_stats(m, 123456789, 4242, 3, &x, xlen);
 	put_msg(m);
@@ -104,25 +106,31 @@ static void test_qdisc_dump(void)
 	ok(p3_nl_parse_qdiscs(buf, used, &d) == 1 && d.found, "qdisc dump: p3 found, DONE seen");
 	ok(st.handle == 0x00100000 && st.parent == TC_H_ROOT, "handle 10: at root");
 	ok(st.opts.mask == (P3_QOPT_BANDS | P3_QOPT_DEFAULT | P3_QOPT_TAG | P3_QOPT_LIMIT |
-			    P3_QOPT_QUANTUM | P3_QOPT_RATE) &&
+			    P3_QOPT_QUANTUM | P3_QOPT_RATE | P3_QOPT_FLOWS) &&
 	   st.opts.bands == 8 && st.opts.defband == 7 && st.opts.tag == P3_METHOD_DSCP &&
-	   st.opts.limit == 10000 && st.opts.quantum == 1514 && st.opts.rate == 6250000,
-	   "options parsed, absent memory left out of the mask");
+	   st.opts.limit == 10000 && st.opts.quantum == 1514 && st.opts.rate == 6250000 &&
+	   st.opts.flows == 4096,
+	   "options parsed, absent memory and buckets left out of the mask");
 	ok(st.total.bytes == 123456789 && st.total.packets == 4242 && st.total.qlen == 3 &&
 	   st.total.backlog == 3000 && st.total.drops == 3 && st.total.requeues == 4 &&
 	   st.total.overlimits == 5, "basic and queue statistics");
 	ok(st.have_xstats && st.xstats.flows == 7 && st.xstats.preemptions == 99 &&
 	   st.xstats.throttled == 5, "xstats");
-	ok(st.drops_deadline == 41 && st.drops_tolerant == 43,
-	   "the drop causes added since the first layout land after it");
+	ok(st.drops_deadline == 41 && st.drops_tolerant == 43 && st.spilled == 47,
+	   "the counters added since the first layout land after it");
 
 	memset(&st, 0, sizeof(st));
 	d = (struct p3_nl_dump){ .ifindex = 4, .st = &st };
 	build_qdisc_dump(16);	/* an older module: only the first 16 bytes */
 	ok(p3_nl_parse_qdiscs(buf, used, &d) == 1 && st.have_xstats && st.xstats.flows == 7 &&
 	   st.xstats.flows_active == 2 && st.xstats.preemptions == 0 && st.xstats.throttled == 0 &&
-	   st.drops_deadline == 0 && st.drops_tolerant == 0,
+	   st.drops_deadline == 0 && st.drops_tolerant == 0 && st.spilled == 0,
 	   "a shorter xstats struct is zero-filled");
+	memset(&st, 0, sizeof(st));
+	d = (struct p3_nl_dump){ .ifindex = 4, .st = &st };
+	build_qdisc_dump(offsetof(struct tc_p3_xstats, spilled));	/* a 0.2 module */
+	ok(p3_nl_parse_qdiscs(buf, used, &d) == 1 && st.drops_tolerant == 43 && st.spilled == 0,
+	   "xstats without spilled: it reads as 0");
 
 	d = (struct p3_nl_dump){ .ifindex = 4, .parent = 0x00100001, .st = &st };
 	ok(p3_nl_parse_qdiscs(buf, used, &d) == 1 && !d.found && d.other_kind,

@@ -281,6 +281,7 @@ static void fill(struct p3_qdisc_stats *st)
 		.band = { { .packets = 200, .bytes = 300000, .requeues = 1 },
 			  { .packets = 100, .bytes = 150000, .drops = 7, .backlog = 3000,
 			    .qlen = 2 } },
+		.spilled = 8,
 	};
 }
 
@@ -358,6 +359,10 @@ static const char *const expect[] = {
 	"# HELP p3_flows_gc_total Idle flow entries garbage-collected",
 	"# TYPE p3_flows_gc_total counter",
 	"p3_flows_gc_total" L " 35",
+	"# HELP p3_spilled_packets_total Packets queued in their band's shared flow for want of "
+	"a flow entry (the flows cap, or no memory)",
+	"# TYPE p3_spilled_packets_total counter",
+	"p3_spilled_packets_total" L " 8",
 	"# HELP p3_preemptions_total Switches to a more urgent band while a less urgent one "
 	"held backlog",
 	"# TYPE p3_preemptions_total counter",
@@ -373,8 +378,8 @@ static const char *const expect[] = {
 	"# TYPE p3_throttled_total counter",
 	"p3_throttled_total" L " 0",
 	"# HELP p3_dropped_packets_by_cause_total Packets the qdisc pushed out, by cause: "
-	"limit (the packet limit), memory (the byte limit), alloc (no memory for a new flow), "
-	"deadline (loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: also "
+	"limit (the packet limit), memory (the byte limit), alloc (no memory for a new flow: 0 "
+	"since 0.3, where such a packet spills instead), deadline (loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: also "
 	"counted as limit or memory)",
 	"# TYPE p3_dropped_packets_by_cause_total counter",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"limit\"} 4",
@@ -471,6 +476,7 @@ static void test_shapes(void)
 	out = format("lo", &st);
 	ok(out && !strstr(out, "p3_band_") && !strstr(out, "p3_flows") &&
 		   !strstr(out, "p3_bands") && !strstr(out, "by_cause") &&
+		   !strstr(out, "p3_spilled") &&
 		   strstr(out, "\np3_sent_bytes_total{device=\"lo\",handle=\"1:\"} 450000\n") &&
 		   strstr(out, "tag=\"\"} 1\n"),
 	   "without xstats, bands and options: their families are left out, not zeroed");
@@ -481,7 +487,7 @@ static void test_shapes(void)
 	fill(&st);
 	st.handle = P3_HANDLE(0x8001, 0x2);
 	st.parent = P3_HANDLE(1, 0x10);
-	st.opts.mask = 0xff;
+	st.opts.mask = 0x1ff;
 	st.opts.bands = 64;
 	st.opts.defband = 63;
 	st.opts.tag = P3_METHOD_MARK;
@@ -490,6 +496,7 @@ static void test_shapes(void)
 	st.opts.quantum = 1514;
 	st.opts.rate = UINT64_MAX;
 	st.opts.buckets = 4096;
+	st.opts.flows = 16384;
 	st.total.bytes = UINT64_MAX;
 	st.total.drops = UINT32_MAX;
 	st.xstats.throttled = UINT64_MAX;
@@ -509,7 +516,8 @@ static void test_shapes(void)
 		   strstr(out, "\np3_limit_packets{device=\"eth1\",handle=\"8001:2\"} 4294967295\n") &&
 		   strstr(out, "\np3_memory_limit_bytes{device=\"eth1\",handle=\"8001:2\"} 1048576\n") &&
 		   strstr(out, "\np3_quantum_bytes{device=\"eth1\",handle=\"8001:2\"} 1514\n") &&
-		   strstr(out, "\np3_flow_buckets{device=\"eth1\",handle=\"8001:2\"} 4096\n"),
+		   strstr(out, "\np3_flow_buckets{device=\"eth1\",handle=\"8001:2\"} 4096\n") &&
+		   strstr(out, "\np3_flows_limit{device=\"eth1\",handle=\"8001:2\"} 16384\n"),
 	   "every option the kernel reported has its gauge");
 	ok(out && strstr(out, "\np3_band_sent_bytes_total{device=\"eth1\",handle=\"8001:2\","
 			      "band=\"63\"} 63000\n"),

@@ -668,6 +668,17 @@ class QdiscTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             p3.qdisc_add('lo', handle='10')
 
+    def test_flows(self):
+        """flows has its mask bit, as buckets has, and goes in a struct
+        whose size says it holds it: libp3 takes it (ENODEV, no EINVAL)."""
+        o = p3._qdisc._qopts({'flows': 4096, 'buckets': 1024})
+        self.assertEqual(o.size, ctypes.sizeof(p3._QdiscOpts))
+        self.assertEqual(o.mask, (1 << 7) | (1 << 8))
+        self.assertEqual((o.buckets, o.flows), (1024, 4096))
+        with self.assertRaises(p3.Error) as cm:
+            p3.qdisc_add('nosuchdev0', flows=4096)
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+
 
 class BufferTest(unittest.TestCase):
     """The binding points the library at the caller's memory, never at a

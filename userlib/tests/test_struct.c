@@ -21,6 +21,11 @@ struct chan_opts_next {
 	uint64_t		next_field;
 };
 
+struct qdisc_opts_next {
+	struct p3_qdisc_opts	o;
+	uint64_t		next_field;
+};
+
 static int plan_with(const struct p3_plan_opts *o)
 {
 	struct p3_tensor t = { .name = "w", .bytes = 1000, .fwd = 0 };
@@ -116,6 +121,36 @@ static void test_read_keeps_defaults(void)
 	   "an older caller's fields are read, the rest keep their defaults");
 }
 
+/* The options are read and checked before the device is looked up: on
+ * one that does not exist, options libp3 takes fail with -ENODEV. */
+static int qdisc_with(const struct p3_qdisc_opts *o)
+{
+	return p3_qdisc_add("nosuchdev0", P3_ROOT, 0, o);
+}
+
+static void test_qdisc_opts(void)
+{
+	struct qdisc_opts_next x = { { .size = sizeof(x.o), .mask = P3_QOPT_FLOWS,
+				       .flows = 4096 }, 0 };
+
+	ok_err(qdisc_with(&x.o), -ENODEV, "qdisc options: flows with this header's size");
+	x.o.size = 0;
+	ok_err(qdisc_with(&x.o), -EINVAL,
+	       "flows from a first-layout caller (size 0): -EINVAL, rather than a 0 sent");
+	x.o.size = P3_QDISC_OPTS_SIZE_1;
+	ok_err(qdisc_with(&x.o), -EINVAL, "... or a size that ends before flows");
+	x.o.mask = P3_QOPT_LIMIT;
+	x.o.limit = 5;
+	ok_err(qdisc_with(&x.o), -ENODEV, "a first-layout caller's options without flows");
+	x.o.size = 0;
+	ok_err(qdisc_with(&x.o), -ENODEV, "... with size 0 too");
+	x.o.size = sizeof(x);
+	x.next_field = 7;
+	ok_err(qdisc_with(&x.o), -E2BIG, "a newer caller's field this library would ignore");
+	ok(sizeof(struct p3_qdisc_opts) == 40 || sizeof(void *) != 8,
+	   "flows took the tail padding: the options are still 40 bytes (LP64)");
+}
+
 static void test_out_len(void)
 {
 	struct p3_qdisc_stats st = { 0 };
@@ -140,6 +175,7 @@ int main(void)
 	test_chan_opts();
 	test_init_sizes();
 	test_read_keeps_defaults();
+	test_qdisc_opts();
 	test_out_len();
 	return tap_done();
 }

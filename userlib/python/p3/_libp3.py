@@ -81,7 +81,7 @@ class _QdiscOpts(ctypes.Structure):
     _fields_ = [('size', _u32), ('mask', _u32), ('bands', _u8), ('defband', _u8),
                 ('tag', _u8),
                 ('limit', _u32), ('memory', _u32), ('quantum', _u32),
-                ('rate', _u64), ('buckets', _u32)]
+                ('rate', _u64), ('buckets', _u32), ('flows', _u32)]
 
 
 class _BandStats(ctypes.Structure):
@@ -106,7 +106,7 @@ class _QdiscStats(ctypes.Structure):
                 ('xstats', _XStats), ('nbands', _uint),
                 ('band', _BandStats * MAX_BANDS),
                 ('drops_deadline', _u64), ('drops_tolerant', _u64),
-                ('deadline_us', _u32 * MAX_BANDS)]
+                ('deadline_us', _u32 * MAX_BANDS), ('spilled', _u64)]
 
 
 def _proto(name, res, *args):

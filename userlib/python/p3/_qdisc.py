@@ -16,7 +16,7 @@ HandleLike = Union[str, int]
 
 _QOPTS = (('bands', 1 << 0), ('default', 1 << 1), ('tag', 1 << 2),
           ('limit', 1 << 3), ('memory', 1 << 4), ('quantum', 1 << 5),
-          ('rate', 1 << 6), ('buckets', 1 << 7))
+          ('rate', 1 << 6), ('buckets', 1 << 7), ('flows', 1 << 8))
 
 
 def _handle_id(h, default):
@@ -65,7 +65,7 @@ def _qdisc_modify(op, dev, parent, handle, kw):
 def qdisc_add(dev: str, parent: HandleLike = 'root',
               handle: Optional[HandleLike] = None, **opts: Any) -> None:
     """Create a p3 qdisc; options: bands default tag limit memory quantum
-    rate (bytes/s) buckets."""
+    rate (bytes/s) buckets flows."""
     _qdisc_modify('add', dev, parent, handle, opts)
 
 
@@ -110,7 +110,8 @@ def qdisc_stats(dev: str, parent: HandleLike = 'root',
         'total': _band_dict(st.total),
         'xstats': ({**{n: getattr(st.xstats, n) for n in _XSTATS},
                     'drops_deadline': st.drops_deadline,
-                    'drops_tolerant': st.drops_tolerant}
+                    'drops_tolerant': st.drops_tolerant,
+                    'spilled': st.spilled}
                    if st.have_xstats else {}),
         'bands': [dict(_band_dict(st.band[i]), deadline_us=st.deadline_us[i])
                   for i in range(st.nbands)],
