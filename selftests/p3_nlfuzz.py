@@ -81,11 +81,14 @@ NLA = struct.Struct("=HH")
 # [valid values or (lo, hi)]).
 P3_BANDS, P3_DEFAULT, P3_TAG, P3_LIMIT = 1, 2, 3, 4
 P3_MEMORY, P3_QUANTUM, P3_RATE, P3_PAD, P3_BUCKETS = 5, 6, 7, 8, 9
-P3_MAX = 9
+P3_FLOWS = 10
+P3_MAX = 10
 P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
              P3_TAG: ("tag", 1), P3_LIMIT: ("limit", 4),
              P3_MEMORY: ("memory", 4), P3_QUANTUM: ("quantum", 4),
-             P3_RATE: ("rate", 8), P3_BUCKETS: ("buckets", 4)}
+             P3_RATE: ("rate", 8), P3_BUCKETS: ("buckets", 4),
+             P3_FLOWS: ("flows", 4)}
+P3_MIN_FLOWS, P3_MAX_FLOWS = 1, 1 << 20
 FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 # TCA_P3_CLASS_*: a band's class options (tc class change ... p3 ...).
 P3_CLASS_DEADLINE, P3_CLASS_MAX = 1, 1
@@ -278,10 +281,11 @@ def decode_p3(opts):
     return out
 
 
-XSTATS = struct.Struct("=IIQQQQQQQQQ")
+XSTATS = struct.Struct("=IIQQQQQQQQQQQQ")
 XSTATS_NAMES = ("flows", "flows_active", "flows_created", "flows_gc",
                 "preemptions", "boosts", "untagged", "drops_limit",
-                "drops_memory", "drops_alloc", "throttled")
+                "drops_memory", "drops_alloc", "throttled", "drops_deadline",
+                "drops_tolerant", "spilled")
 
 
 def decode_xstats(data):
@@ -413,6 +417,8 @@ BAD_VALUES = {
                                     0xffffffff]),
     P3_BUCKETS: lambda r: r.choice([0, 1, 8, 15, 17, 1000, 4095,
                                     (1 << 20) + 1, 1 << 21, 0xffffffff]),
+    P3_FLOWS: lambda r: r.choice([0, P3_MAX_FLOWS + 1, 1 << 21, 0xffffffff,
+                                  r.randint(P3_MAX_FLOWS + 1, 0xffffffff)]),
 }
 
 
@@ -481,6 +487,11 @@ class Gen:
             v = r.choice([16, 1024, 4096, 4096, 65536, 1 << 20])
             attrs.append((P3_BUCKETS, u(4, v)))
             sent["buckets"] = v
+        if r.random() < 0.2:
+            v = r.choice([P3_MIN_FLOWS, 2, 64, 4096, 16384, P3_MAX_FLOWS,
+                          r.randint(P3_MIN_FLOWS, P3_MAX_FLOWS)])
+            attrs.append((P3_FLOWS, u(4, v)))
+            sent["flows"] = v
         r.shuffle(attrs)
         return attrs, sent, bands
 
@@ -967,10 +978,11 @@ def traffic_check(nl, ifindex, name, group):
     where = "root" if parent == TC_H_ROOT else f"parent {fmt_handle(parent)}"
     # Every option, so that none keeps a fuzzed value (a change keeps what
     # it does not name): under tbf and htb, a leftover `rate 1` would pace
-    # the check's traffic to a byte a second.
+    # the check's traffic to a byte a second, and a fuzzed `flows 1` would
+    # leave each band's flows in one shared queue.
     rate = LINK if parent == TC_H_ROOT else "0"
     good = (f"bands 8 default 7 tag priority limit 10000 memory 0 "
-            f"quantum 3028 rate {rate}")
+            f"quantum 3028 rate {rate} flows 16384")
     tc(f"qdisc replace dev {SDEV} {where} handle {fmt_handle(handle)} "
        f"p3 {good}")
     # Nor a fuzzed deadline, which a change keeps too: 1us on band 0

@@ -79,6 +79,7 @@ P3_ATTRS = {
     "rate": (7, "u64"),
     "pad": (8, "u64"),
     "buckets": (9, "u32"),
+    "flows": (10, "u32"),
 }
 P3_NAMES = {t: n for n, (t, _) in P3_ATTRS.items()}
 P3_TAGS = ["priority", "dscp", "mark"]
