@@ -183,6 +183,24 @@ def test_no_reorder(chk):
     chk.expect(u["received"] == 2500, f"{2500 - u['received']} lost")
 
 
+def test_no_reorder_spilled(chk):
+    """The same through p3 flows 1: one flow entry, so the re-tagged
+    socket and all but one TCP flow spill into their bands' shared flows,
+    and a re-tagged flow's packets follow its spilled ones."""
+    def setup():
+        # A new qdisc: its counters start at 0.
+        sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+        p3_root(f"rate {RATE} flows 1")
+    u, lost = reorders(setup)
+    x = qdisc_json()["xstats"]
+    chk.note(f"p3 flows 1: {u['received']}/2500 received, "
+             f"{u['reordered']} out of order; spilled {x['spilled']}, "
+             f"flows {x['flows']}; receiver drops {lost}")
+    chk.expect(x["spilled"] > 0, "premise: nothing spilled")
+    chk.expect(u["reordered"] == 0, f"{u['reordered']} reordered")
+    chk.expect(u["received"] == 2500, f"{2500 - u['received']} lost")
+
+
 def test_reorder_control(chk):
     """The same run through prio under tbf must reorder: proves the
     reorder test above can fail."""
@@ -748,6 +766,7 @@ TESTS = [
     ("strict_priority", test_strict_priority),
     ("urgent_latency", test_urgent_latency),
     ("no_reorder", test_no_reorder),
+    ("no_reorder_spilled", test_no_reorder_spilled),
     ("reorder_control_prio", test_reorder_control),
     ("overflow_drops_least_urgent", test_overflow),
     ("tag_sources", test_tag_sources),
