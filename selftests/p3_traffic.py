@@ -629,6 +629,7 @@ def test_flows_cap(chk):
     time.sleep(3)
     objs0 = slab_objects()
     base = slab_bytes()
+    tc0 = time.monotonic()
     c0, x0 = class_stats(), qdisc_json()["xstats"]
     t0 = time.monotonic()
     sampler = Sampler()
@@ -639,6 +640,7 @@ def test_flows_cap(chk):
     t1 = time.monotonic()
     sampler.stop()
     c1, x1 = class_stats(), qdisc_json()["xstats"]
+    tc1 = time.monotonic()
     time.sleep(2)
     stop(tcp)
     rep = sink.stop()
@@ -646,9 +648,9 @@ def test_flows_cap(chk):
     alone = tcp_rate(rep, 1, span[0] + 1, t0)
     during = tcp_rate(rep, 1, t0 + 0.5, t1)
     bands = diff_bands(c1, c0)
-    # The TCP segments' wire bytes, as the band counts them, over the
-    # flood's window: received payload, headers added.
-    tcp_bytes = during * (t1 - t0 - 0.5) / 8 / GOODPUT
+    # The TCP segments' wire bytes, as the band counts them, between the
+    # two class reads: received payload, headers added.
+    tcp_bytes = tcp_rate(rep, 1, tc0, tc1) * (tc1 - tc0) / 8 / GOODPUT
     created = x1["flows_created"] - x0["flows_created"]
     spilled = x1["spilled"] - x0["spilled"]
     growth = max(sampler.slab) - base
