@@ -357,11 +357,10 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 
 /*
  * The helpers every queued packet goes through (p3_flow_lookup(),
- * p3_size_refile(), p3_flow_push(), p3_flow_pop() and p3_next_flow())
- * are __always_inline: gcc kept them out of line, and the calls cost
- * about 20 instructions a packet, counted by bench/overhead/run.sh
- * --icount.  What only overflow, filters, VLAN tags or the first packet
- * to wait need is noinline instead, so that the common path carries
+ * p3_size_refile(), p3_flow_push(), p3_flow_pop()) are __always_inline,
+ * as gcc kept them out of line (docs/benchmarks.md, "Overhead").  What
+ * only overflow, filters, VLAN tags, spilling or the first packet to
+ * wait need is noinline instead, so that the common path carries
  * neither its code nor the stack protector's canary.
  */
 
@@ -410,7 +409,7 @@ static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
  * A flow that empties stays where it was filed.  A flow that sends one
  * packet at a time empties at every dequeue and comes back at the next
  * enqueue, most often to the same class: taking it off and putting it
- * back each time cost 56 instructions a packet.  p3_fattest() skips
+ * back each time would be paid by every packet.  p3_fattest() skips
  * and unfiles the empty flows it meets instead, and a flow is unfiled
  * before it is freed or reused.
  */
@@ -1235,10 +1234,9 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 	cost = p3_pacer_cost(q, len);
 	/* Credit for the largest packet, and P3_PACE_HORIZON more (set in
 	 * p3_pacer_due(), which sees every packet before this).  The
-	 * horizon makes up for a watchdog that fires late (without it every
-	 * late timer would lose its lateness for good on packets that take
-	 * longer than the horizon: 1.7% of the rate with 64 KB GSO packets
-	 * at 40 Mbit/s under TCG).  The largest packet, not this one: a
+	 * horizon makes up for a watchdog that fires late: without it, each
+	 * late wake-up's lateness would be lost for good whenever a packet
+	 * takes longer than the horizon.  The largest packet, not this one: a
 	 * bucket trimmed to each small packet's cost would throw away the
 	 * credit a waiting GSO packet had saved, and more urgent small
 	 * packets arriving every few ms would starve it for good.

@@ -229,14 +229,23 @@ def bulk_main(w, conns, tag, group):
 # level 7 = tag 8 = band 7).
 LINUX_TAGS = ("prio:6", "prio:2")
 P3_TAGS = ("prio:1", "prio:8")
+# The same bands as prio's, strict, each over fq_codel: what a user of the
+# stock qdiscs would build for strict priority with fair, AQM-managed
+# bands (ets's classes 10:1..10:3).
+ETS = ("ets bands 3 strict 3 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1",
+       [f"parent 10:{b} fq_codel" for b in (1, 2, 3)])
 QDISCS = {
-    # name: (child of a tbf root, or None: own root; urgent/bulk tags)
+    # name: (child of a tbf root, with the qdiscs beneath it if a tuple;
+    # None: own root; urgent/bulk tags)
     "pfifo": ("pfifo", LINUX_TAGS),
     "pfifo_fast": ("pfifo_fast", LINUX_TAGS),
     "prio": ("prio bands 3 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1",
              LINUX_TAGS),
     "skbprio": ("skbprio", LINUX_TAGS),
+    # 6.9+: three bands by priority, weighted round robin (priomap and
+    # weights at their defaults, which Debian 12's tc cannot set).
     "fq": ("fq", LINUX_TAGS),
+    "ets": (ETS, LINUX_TAGS),
     "p3-tbf": ("p3 bands 8 tag priority", P3_TAGS),
     "p3-rate": (None, P3_TAGS),
 }
@@ -253,9 +262,11 @@ def install(name, rate):
         tc_batch(SND, [f"qdisc add dev {SDEV} root handle 10: p3 bands 8 tag priority "
                        f"rate {rate}"])
         return
+    child, below = child if isinstance(child, tuple) else (child, [])
     tc_batch(SND, [f"qdisc add dev {SDEV} root handle 1: tbf rate {rate} "
                    f"burst {TBF_BURST} latency 1s",
-                   f"qdisc add dev {SDEV} parent 1:1 handle 10: {child}"])
+                   f"qdisc add dev {SDEV} parent 1:1 handle 10: {child}"] +
+             [f"qdisc add dev {SDEV} {q}" for q in below])
 
 
 def p3_xstats():
