@@ -64,9 +64,9 @@
 /* A byte cap below one GSO packet's truesize would drop everything. */
 #define P3_MIN_MEMORY	(64U << 10)
 /* Enqueue times of loss-tolerant packets, in units of 2^10 ns (about a
- * microsecond) modulo 2^24: 17 s, beyond P3_MAX_DEADLINE_US, in the 24
- * bits skb->cb has left.  A packet queued longer than that may be sent
- * late instead of dropped, which is what a reliable band does anyway.
+ * microsecond) modulo 2^24: 17 s, beyond TCA_P3_CLASS_MAX_DEADLINE_US, in
+ * the 24 bits skb->cb has left.  A packet queued longer than that may be
+ * sent late instead of dropped, which is what a reliable band does anyway.
  */
 #define P3_STAMP_SHIFT	10
 #define P3_STAMP_BITS	24
@@ -193,7 +193,7 @@ struct p3_sched_data {
 
 	struct qdisc_watchdog	watchdog;	/* pacing */
 
-	struct p3_band		bands[P3_MAX_BANDS];
+	struct p3_band		bands[TCA_P3_MAX_BANDS];
 };
 
 static struct kmem_cache *p3_flow_cache __read_mostly;
@@ -280,10 +280,10 @@ static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
 	u32 tag;
 
 	switch (q->cfg.tag) {
-	case P3_TAG_DSCP:
+	case TCA_P3_TAG_DSCP:
 		tag = p3_dscp(skb);
 		break;
-	case P3_TAG_MARK:
+	case TCA_P3_TAG_MARK:
 		tag = skb->mark;
 		break;
 	default:
@@ -1460,7 +1460,7 @@ static void p3_purge(struct Qdisc *sch)
 	struct p3_flow *flow, *tmp;
 	unsigned int i;
 
-	for (i = 0; i < P3_MAX_BANDS; i++) {
+	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			while (flow->qlen)
@@ -1500,11 +1500,11 @@ static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->bands = P3_DEFAULT_BANDS;
-	cfg->tag = P3_DEFAULT_TAG;
-	cfg->limit = P3_DEFAULT_LIMIT;
-	cfg->buckets = P3_DEFAULT_BUCKETS;
-	cfg->flows = P3_DEFAULT_FLOWS;
+	cfg->bands = TCA_P3_DEFAULT_BANDS;
+	cfg->tag = TCA_P3_DEFAULT_TAG;
+	cfg->limit = TCA_P3_DEFAULT_LIMIT;
+	cfg->buckets = TCA_P3_DEFAULT_BUCKETS;
+	cfg->flows = TCA_P3_DEFAULT_FLOWS;
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
 }
 
@@ -1514,7 +1514,7 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 {
 	if (tb[TCA_P3_BANDS]) {
 		cfg->bands = nla_get_u8(tb[TCA_P3_BANDS]);
-		if (cfg->bands < P3_MIN_BANDS || cfg->bands > P3_MAX_BANDS) {
+		if (cfg->bands < TCA_P3_MIN_BANDS || cfg->bands > TCA_P3_MAX_BANDS) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BANDS],
 					    "Number of bands must be between 2 and 64");
 			return -EINVAL;
@@ -1533,7 +1533,7 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 	}
 	if (tb[TCA_P3_TAG]) {
 		cfg->tag = nla_get_u8(tb[TCA_P3_TAG]);
-		if (cfg->tag > P3_TAG_MAX) {
+		if (cfg->tag > TCA_P3_TAG_MAX) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_TAG],
 					    "Tag source must be priority, dscp or mark");
 			return -EINVAL;
@@ -1568,8 +1568,8 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 		cfg->rate = nla_get_u64(tb[TCA_P3_RATE]);
 	if (tb[TCA_P3_BUCKETS]) {
 		cfg->buckets = nla_get_u32(tb[TCA_P3_BUCKETS]);
-		if (cfg->buckets < P3_MIN_BUCKETS ||
-		    cfg->buckets > P3_MAX_BUCKETS ||
+		if (cfg->buckets < TCA_P3_MIN_BUCKETS ||
+		    cfg->buckets > TCA_P3_MAX_BUCKETS ||
 		    !is_power_of_2(cfg->buckets)) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BUCKETS],
 					    "Buckets must be a power of two between 16 and 1048576");
@@ -1578,7 +1578,7 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 	}
 	if (tb[TCA_P3_FLOWS]) {
 		cfg->flows = nla_get_u32(tb[TCA_P3_FLOWS]);
-		if (cfg->flows < P3_MIN_FLOWS || cfg->flows > P3_MAX_FLOWS) {
+		if (cfg->flows < TCA_P3_MIN_FLOWS || cfg->flows > TCA_P3_MAX_FLOWS) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_FLOWS],
 					    "Flow limit must be between 1 and 1048576");
 			return -EINVAL;
@@ -1614,7 +1614,7 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 
 	if (q->lone && p3_cb(q->lone)->band >= bands)
 		p3_cb(q->lone)->band = bands - 1;
-	for (i = bands; i < P3_MAX_BANDS; i++) {
+	for (i = bands; i < TCA_P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			p3_flow_move(q, flow, bands - 1);
@@ -1736,7 +1736,7 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 
 	/* Everything destroy() touches is valid before the first failure. */
 	qdisc_watchdog_init(&q->watchdog, sch);
-	for (i = 0; i < P3_MAX_BANDS; i++) {
+	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
 		INIT_LIST_HEAD(&q->bands[i].flows);
 		INIT_LIST_HEAD(&q->bands[i].spill.band_node);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
@@ -1750,7 +1750,7 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	if (err)
 		return err;
 
-	q->by_size = kvcalloc(P3_MAX_BANDS * P3_SIZE_CLASSES,
+	q->by_size = kvcalloc(TCA_P3_MAX_BANDS * P3_SIZE_CLASSES,
 			      sizeof(*q->by_size), GFP_KERNEL);
 	if (!q->by_size) {
 		NL_SET_ERR_MSG(extack, "No memory for the p3 size classes");
@@ -1884,7 +1884,7 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 	if (!tb[TCA_P3_CLASS_DEADLINE])
 		return 0;
 	us = nla_get_u32(tb[TCA_P3_CLASS_DEADLINE]);
-	if (us > P3_MAX_DEADLINE_US) {
+	if (us > TCA_P3_CLASS_MAX_DEADLINE_US) {
 		NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_CLASS_DEADLINE],
 				    "Deadline must be at most 10000000 us (10 s); 0 makes the band reliable");
 		return -EINVAL;

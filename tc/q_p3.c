@@ -44,15 +44,15 @@ struct p3_opt {
 };
 
 static const char * const p3_tag_names[] = {
-	[P3_TAG_PRIORITY]	= "priority",
-	[P3_TAG_DSCP]		= "dscp",
-	[P3_TAG_MARK]		= "mark",
+	[TCA_P3_TAG_PRIORITY]	= "priority",
+	[TCA_P3_TAG_DSCP]	= "dscp",
+	[TCA_P3_TAG_MARK]	= "mark",
 };
 
-static_assert(ARRAY_SIZE(p3_tag_names) == __P3_TAG_MAX,
+static_assert(ARRAY_SIZE(p3_tag_names) == __TCA_P3_TAG_MAX,
 	      "every tag source in pkt_sched_p3.h needs a name");
-/* The usage and the parse error spell P3_MAX_FLOWS out. */
-static_assert(P3_MAX_FLOWS == 1048576, "P3_MAX_FLOWS is written out below");
+/* The usage and the parse error spell TCA_P3_MAX_FLOWS out. */
+static_assert(TCA_P3_MAX_FLOWS == 1048576, "TCA_P3_MAX_FLOWS is written out below");
 
 static void p3_explain(void)
 {
@@ -60,14 +60,14 @@ static void p3_explain(void)
 		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
 		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
 		"              [ buckets N ] [ flows N ]\n"
-		"Defaults: bands " __stringify(P3_DEFAULT_BANDS) " ("
-		__stringify(P3_MIN_BANDS) ".." __stringify(P3_MAX_BANDS) "), "
-		"default bands-1, tag dscp, limit " __stringify(P3_DEFAULT_LIMIT) ",\n"
+		"Defaults: bands " __stringify(TCA_P3_DEFAULT_BANDS) " ("
+		__stringify(TCA_P3_MIN_BANDS) ".." __stringify(TCA_P3_MAX_BANDS) "), "
+		"default bands-1, tag dscp, limit " __stringify(TCA_P3_DEFAULT_LIMIT) ",\n"
 		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced),\n"
-		"          buckets " __stringify(P3_DEFAULT_BUCKETS) " (a power of two, "
-		__stringify(P3_MIN_BUCKETS) "..1048576),\n"
-		"          flows " __stringify(P3_DEFAULT_FLOWS) " ("
-		__stringify(P3_MIN_FLOWS) "..1048576 flow entries; beyond them a\n"
+		"          buckets " __stringify(TCA_P3_DEFAULT_BUCKETS) " (a power of two, "
+		__stringify(TCA_P3_MIN_BUCKETS) "..1048576),\n"
+		"          flows " __stringify(TCA_P3_DEFAULT_FLOWS) " ("
+		__stringify(TCA_P3_MIN_FLOWS) "..1048576 flow entries; beyond them a\n"
 		"          packet waits in its band's shared queue).\n"
 		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
 		"Classes (bands): ... class change ... classid H:K p3 deadline TIME\n"
@@ -95,9 +95,9 @@ static const char *p3_parse_bands(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < P3_MIN_BANDS || v > P3_MAX_BANDS)
-		return "expected " __stringify(P3_MIN_BANDS) ".."
-		       __stringify(P3_MAX_BANDS);
+	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_BANDS || v > TCA_P3_MAX_BANDS)
+		return "expected " __stringify(TCA_P3_MIN_BANDS) ".."
+		       __stringify(TCA_P3_MAX_BANDS);
 	o->bands = v;
 	return NULL;
 }
@@ -108,7 +108,7 @@ static const char *p3_parse_default(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v >= P3_MAX_BANDS)
+	if (get_u32(&v, arg, 0) || v >= TCA_P3_MAX_BANDS)
 		return "expected a band, 0..bands-1";
 	o->defband = v;
 	return NULL;
@@ -166,9 +166,9 @@ static const char *p3_parse_buckets(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < P3_MIN_BUCKETS || v > P3_MAX_BUCKETS ||
+	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_BUCKETS || v > TCA_P3_MAX_BUCKETS ||
 	    (v & (v - 1)))
-		return "expected a power of two, " __stringify(P3_MIN_BUCKETS)
+		return "expected a power of two, " __stringify(TCA_P3_MIN_BUCKETS)
 		       "..1048576";
 	o->buckets = v;
 	return NULL;
@@ -179,8 +179,8 @@ static const char *p3_parse_flows(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < P3_MIN_FLOWS || v > P3_MAX_FLOWS)
-		return "expected a flow count, " __stringify(P3_MIN_FLOWS)
+	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_FLOWS || v > TCA_P3_MAX_FLOWS)
+		return "expected a flow count, " __stringify(TCA_P3_MIN_FLOWS)
 		       "..1048576";
 	o->flows = v;
 	return NULL;
@@ -379,7 +379,7 @@ static const char *p3_parse_deadline(__u32 *us, const char *arg)
 			continue;
 		t *= units[i].us;
 		/* Written so that NaN fails it too. */
-		if (!(t >= 0 && t <= P3_MAX_DEADLINE_US))
+		if (!(t >= 0 && t <= TCA_P3_CLASS_MAX_DEADLINE_US))
 			goto bad;
 		/* The nearest microsecond when the decimal is one ("2.007ms"
 		 * is 2006.9999... in binary), else up: never shortened.

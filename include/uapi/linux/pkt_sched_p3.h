@@ -12,54 +12,57 @@
 #include <linux/types.h>
 
 /* Band 0 is the most urgent; classes H:1..H:N are bands 0..N-1. */
-#define P3_MIN_BANDS		2
-#define P3_MAX_BANDS		64
+#define TCA_P3_MIN_BANDS	2
+#define TCA_P3_MAX_BANDS	64
 
 /* Defaults applied when an attribute is absent at creation. */
-#define P3_DEFAULT_BANDS	8
-#define P3_DEFAULT_LIMIT	10000	/* packets */
-#define P3_DEFAULT_BUCKETS	4096	/* flow hash table */
+#define TCA_P3_DEFAULT_BANDS	8
+#define TCA_P3_DEFAULT_LIMIT	10000	/* packets */
+#define TCA_P3_DEFAULT_BUCKETS	4096	/* flow hash table */
 /* Flow entries: above the default limit, so that at the defaults a packet
  * spills (see tc_p3_xstats.spilled) only when memory runs out.
  */
-#define P3_DEFAULT_FLOWS	16384
+#define TCA_P3_DEFAULT_FLOWS	16384
 
 /* The cap on flow entries ("flows") is in this range. */
-#define P3_MIN_FLOWS		1
-#define P3_MAX_FLOWS		(1U << 20)
+#define TCA_P3_MIN_FLOWS	1
+#define TCA_P3_MAX_FLOWS	(1U << 20)
 
 /* The flow hash table's size is a power of two in this range. */
-#define P3_MIN_BUCKETS		16
-#define P3_MAX_BUCKETS		(1U << 20)
+#define TCA_P3_MIN_BUCKETS	16
+#define TCA_P3_MAX_BUCKETS	(1U << 20)
 
 /*
  * Where the tag is read from.  Tag value t in 1..bands selects band t-1;
  * 0 or any out-of-range value is "untagged" and goes to the default band.
  */
-enum p3_tag_source {
-	P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
-	P3_TAG_DSCP,		/* IPv4 TOS / IPv6 traffic class, DSCP bits */
-	P3_TAG_MARK,		/* skb->mark (SO_MARK, iptables MARK) */
-	__P3_TAG_MAX
+enum tc_p3_tag_source {
+	TCA_P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
+	TCA_P3_TAG_DSCP,	/* IPv4 TOS / IPv6 traffic class, DSCP bits */
+	TCA_P3_TAG_MARK,	/* skb->mark (SO_MARK, iptables MARK) */
+	__TCA_P3_TAG_MAX
 };
-#define P3_TAG_MAX (__P3_TAG_MAX - 1)
+#define TCA_P3_TAG_MAX (__TCA_P3_TAG_MAX - 1)
 /* DSCP needs no privilege and, unlike priority and mark, survives a
- * packet's crossing from a container's namespace (until 0.2: priority). */
-#define P3_DEFAULT_TAG		P3_TAG_DSCP
+ * packet's crossing from a container's namespace.
+ */
+#define TCA_P3_DEFAULT_TAG	TCA_P3_TAG_DSCP
 
 /* Attributes nested in TCA_OPTIONS (which must carry NLA_F_NESTED). */
 enum {
 	TCA_P3_UNSPEC,
-	TCA_P3_BANDS,		/* u8: number of bands, P3_MIN..P3_MAX_BANDS */
+	TCA_P3_BANDS,		/* u8: number of bands,
+				 * TCA_P3_MIN_BANDS..TCA_P3_MAX_BANDS */
 	TCA_P3_DEFAULT,		/* u8: band of untagged packets, < bands */
-	TCA_P3_TAG,		/* u8: enum p3_tag_source */
+	TCA_P3_TAG,		/* u8: enum tc_p3_tag_source */
 	TCA_P3_LIMIT,		/* u32: packet limit, >= 1 */
 	TCA_P3_MEMORY,		/* u32: byte limit, 0 = no byte cap */
 	TCA_P3_QUANTUM,		/* u32: DRR quantum in bytes */
 	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
 	TCA_P3_PAD,
 	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
-	TCA_P3_FLOWS,		/* u32: most flow entries, P3_MIN..P3_MAX_FLOWS */
+	TCA_P3_FLOWS,		/* u32: most flow entries,
+				 * TCA_P3_MIN_FLOWS..TCA_P3_MAX_FLOWS */
 	__TCA_P3_MAX
 };
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)
@@ -77,10 +80,10 @@ enum {
 	__TCA_P3_CLASS_MAX
 };
 #define TCA_P3_CLASS_MAX (__TCA_P3_CLASS_MAX - 1)
-/* The longest deadline: 10 s, far beyond any useful one, and well within
- * the 34 s that the qdisc's per-packet time stamp spans.
+/* The longest deadline: 10 s, far beyond any useful one, and within the
+ * 17 s that the qdisc's per-packet time stamp spans.
  */
-#define P3_MAX_DEADLINE_US	10000000
+#define TCA_P3_CLASS_MAX_DEADLINE_US	10000000
 
 /*
  * Qdisc-wide statistics, sent as TCA_STATS_APP.  Fields are only ever
@@ -98,8 +101,8 @@ struct tc_p3_xstats {
 	__u64	untagged;	/* packets sent to the default band */
 	__u64	drops_limit;	/* pushed out by the packet limit */
 	__u64	drops_memory;	/* pushed out by the byte limit */
-	__u64	drops_alloc;	/* always 0 after 0.2: a packet whose flow
-				 * cannot be allocated spills instead */
+	__u64	drops_alloc;	/* always 0: a packet whose flow cannot
+				 * be allocated spills instead */
 	__u64	throttled;	/* dequeues deferred by the rate pacer */
 	__u64	drops_deadline;	/* loss-tolerant packets older than their
 				 * band's deadline, dropped at dequeue */
