@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,7 @@ struct blocked {
 	struct p3_chan	*c;
 	int		rc;
 	uint8_t		*buf;
+	atomic_int	calls;	/* sends begun */
 };
 
 static void *poll_forever(void *arg)
@@ -220,9 +222,26 @@ static void *send_forever(void *arg)
 	int i;
 
 	/* The receiver never reads: the queue fills and the call waits. */
-	for (i = 0; i < 64 && !b->rc; i++)
+	for (i = 0; i < 64 && !b->rc; i++) {
+		atomic_fetch_add(&b->calls, 1);
 		b->rc = p3_chan_send(b->c, 0, 0, 0, (uint32_t)i, 0, b->buf, MIB, -1);
+	}
 	return NULL;
+}
+
+/* Waits until @b's sender has begun no new send for 300 ms: it is blocked
+ * in one.  Closing the channel between two of its calls would free it
+ * under the next, a use after close no API can make safe; on a loaded
+ * host a fixed sleep once did that.
+ */
+static void wait_blocked(struct blocked *b)
+{
+	int seen;
+
+	do {
+		seen = atomic_load(&b->calls);
+		sleep_ms(300);
+	} while (!seen || atomic_load(&b->calls) != seen);
 }
 
 static void test_shutdown(int progress)
@@ -252,7 +271,7 @@ static void test_shutdown(int progress)
 	/* A sender blocked for room, closed outright by another thread. */
 	b = (struct blocked){ .c = tx, .buf = buf };
 	pthread_create(&t, NULL, send_forever, &b);
-	sleep_ms(300);
+	wait_blocked(&b);
 	p3_chan_close(tx);	/* waits for the send to leave */
 	join_or_die(t, "close: blocked send");
 	tap_ok(b.rc == -P3_ECLOSED, "shutdown %d: close ends a send waiting for room in another "
