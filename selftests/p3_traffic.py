@@ -695,7 +695,7 @@ def test_flows_cap(chk):
              f"{alone / 1e6:.2f} Mbit/s, during the flood "
              f"{during / 1e6:.2f}; band 0 sent {bands[0]['bytes']} bytes, "
              f"band 7 {bands[7]['bytes']}")
-    chk.expect(len(sampler.flows) >= 5, "premise: too few samples")
+    chk.expect(len(sampler.flows) >= 3, "premise: too few samples")
     chk.expect(sent["sent"] >= FLOOD_DESTS * 0.999,
                f"premise: only {sent['sent']} sent")
     chk.expect(spilled > 0, "premise: nothing spilled, the cap was never "
