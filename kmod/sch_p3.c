@@ -885,9 +885,9 @@ static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow = p3_pushable(q, band);
-	struct sk_buff *skb = flow->head == q->peeked ?
-			      p3_flow_pop_next(sch, flow) :
-			      p3_flow_pop(sch, flow);
+	struct sk_buff *skb = p3_victim_skb(q, flow) == flow->head ?
+			      p3_flow_pop(sch, flow) :
+			      p3_flow_pop_next(sch, flow);
 
 	*bytes += qdisc_pkt_len(skb);
 	q->bands[band].qstats.drops++;
