@@ -68,11 +68,12 @@ fi
 # the code a test reaches, not on how well it measures. Quick (make
 # check's pass, in CI's time) leaves out the traffic tests whose kernel
 # paths another suite of the same pass reaches: the urgent latency and
-# the re-tagged flow (strict_priority, and tdc's re-tag case), the tag
-# sources (tdc's case for each), the module unload (churn: 5 reloads
-# with qdiscs live), the
-# pacer's accuracy, alone and beside small urgent packets (p3's own
-# pacer sets strict_priority's link rate; the stock kernels measure its
+# the re-tagged flow (strict_priority, and tdc's re-tag case), the same
+# through spilled packets (flows_cap's spill index and shared flows),
+# the tag sources (tdc's case for each), the module unload (churn: 5
+# reloads with qdiscs live), the pacer's accuracy, alone and beside
+# small urgent packets (p3's own pacer sets strict_priority's link
+# rate; the stock kernels measure its
 # accuracy: on this one the guest is too short of CPU to, and a 12 s
 # window came out 1.7% slow on 2026-11-28), and the prio control (no p3
 # code at all), and p3 under tbf and htb and tbf's peek (the parents
@@ -83,9 +84,9 @@ fi
 # These are lists of what is left out, so that a test added later runs
 # until someone decides otherwise; a name that no longer exists fails.
 if [ $quick -eq 1 ]; then
-	for t in urgent_latency no_reorder reorder_control_prio tag_sources \
-		lifecycle own_rate own_rate_small_urgent \
-		under_tbf under_htb peek_under_tbf; do
+	for t in urgent_latency no_reorder no_reorder_spilled \
+		reorder_control_prio tag_sources lifecycle own_rate \
+		own_rate_small_urgent under_tbf under_htb peek_under_tbf; do
 		traffic_args+=(-x "$t")
 	done
 	for t in tbf_memory htb_limit drr_memory hfsc_limit ets_memory; do
