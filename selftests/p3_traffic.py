@@ -708,13 +708,14 @@ def test_flows_cap(chk):
                f"{max(sampler.flows)} flow entries, above the cap")
     chk.expect(created + spilled >= 0.9 * sent["sent"],
                "premise: the flood's packets did not wait in p3")
-    # Unshrunk, the count takes in the free objects of each CPU's slab.
+    # Unshrunk, the count takes in the free objects of the slabs each CPU
+    # holds (its own and a few partial ones): 4,148 with 4,096 entries.
     try:
         with open("/sys/kernel/slab/p3_flow/objs_per_slab") as f:
             per_slab = int(f.read())
     except OSError:
         per_slab = 64
-    slack = per_slab * os.cpu_count()
+    slack = per_slab * 2 * (os.cpu_count() + 1)
     if kasan():
         chk.note("slab memory and objects not bounded: KASAN's quarantine "
                  "keeps freed packets and flows a while")
