@@ -725,8 +725,13 @@ def test_flows_cap(chk):
                    f"and {slack} in the CPUs' slabs")
         chk.expect(growth <= SLAB_GROWTH,
                    f"slab grew {growth / 2**20:.1f} MB, above 16 MB")
-    chk.expect(during >= 0.9 * alone, f"TCP fell to {during / 1e6:.2f} "
-               f"Mbit/s from {alone / 1e6:.2f} during the flood")
+    # Its cap in goodput, or less if it got less alone: the short window
+    # alone catches the start's overshoot (0.39 Mbit/s against a 0.32
+    # cap on the debug kernel).
+    ref = min(alone, link / 3 * GOODPUT)
+    chk.expect(during >= 0.9 * ref, f"TCP fell to {during / 1e6:.2f} "
+               f"Mbit/s from {ref / 1e6:.2f} (alone, or its cap) during "
+               "the flood")
     # Band 0 carried the TCP flow and nothing of the flood.
     chk.expect(0.8 * tcp_bytes <= bands[0]["bytes"] <= 1.2 * tcp_bytes,
                f"band 0 sent {bands[0]['bytes']} bytes for "
