@@ -577,6 +577,18 @@ static void p3_spill_unindex(struct p3_sched_data *q, struct sk_buff *skb,
 	q->spill_keys--;
 }
 
+/* @skb, of @key, has just joined a shared flow: it is its key's newest
+ * spilled packet, in place of @last (NULL: the key had none).
+ */
+static void p3_spilled(struct p3_sched_data *q, struct sk_buff *skb,
+		       unsigned long key, struct sk_buff *last)
+{
+	if (last)
+		p3_spill_unindex(q, last, key);
+	p3_spill_index(q, skb, key);
+	q->stats.spilled++;
+}
+
 /* @skb, the newest spilled packet of its key, just left shared @flow.
  * A packet of the same key can be left only if overflow took @skb from
  * behind the peeked head (p3_flow_pop_next()): then the head is the
@@ -1072,10 +1084,7 @@ static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
 	} else {
 		p3_admit(sch, flow, skb, band);
 	}
-	if (last)
-		p3_spill_unindex(q, last, key);
-	p3_spill_index(q, skb, key);
-	q->stats.spilled++;
+	p3_spilled(q, skb, key, last);
 	return ret;
 }
 
@@ -1148,10 +1157,8 @@ static noinline void p3_file_lone(struct p3_sched_data *q)
 		q->peeked_flow = flow;
 	/* Its band had no deadline when it came, whatever it has now. */
 	p3_flow_push(q, flow, skb, band, false);
-	if (unlikely(!flow->key)) {
-		p3_spill_index(q, skb, key);
-		q->stats.spilled++;
-	}
+	if (unlikely(!flow->key))
+		p3_spilled(q, skb, key, NULL);
 }
 
 static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
