@@ -93,9 +93,8 @@ struct p3_chan {
 	int			wake;		/* eventfd: ends any poll() in the channel */
 	int			notify;		/* eventfd: p3_chan_fd() */
 	int			notified;	/* notify holds a count */
-	int			engine_on;	/* the progress thread does the I/O */
-	int			engine_made;	/* it was started (join it) */
-	pthread_t		engine;
+	int			engine_on;	/* the engine (engine.c) does the I/O */
+	int			engine_made;	/* registered there: p3_chan_fd() works */
 
 	/* sender */
 	struct tx_band		tx[P3_MAX_BANDS];
@@ -139,28 +138,51 @@ int chan_enter(struct p3_chan *c);
 void chan_lock(struct p3_chan *c);
 void chan_unlock(struct p3_chan *c);
 /* Wait for pfd[0..n) (room for one more is needed) up to wait_ms, with the
- * lock dropped; with a progress thread, other threads wait for its news
+ * lock dropped; with the engine serving c, callers wait for its news
  * instead.  Returns ready descriptors (revents set), 0, -P3_ECLOSED, or
  * -errno. */
 int chan_wait(struct p3_chan *c, struct pollfd *pfd, unsigned int n, int wait_ms);
-/* New work for the progress thread (a queued message, a registration). */
+/* New work for the engine (a queued message, a registration). */
 void chan_kick(struct p3_chan *c);
-/* Start the progress thread; 0 or -errno. */
+/* Have the process's engine serve c from now on; 0 or -errno. */
 int chan_start_engine(struct p3_chan *c);
-int chan_is_engine(const struct p3_chan *c);
+/* The engine's two steps on c, each taking c's lock and never blocking:
+ * the descriptors c waits for now, into pfd[] with each one's band in
+ * band[] (room for c->bands), and progress with the revents that poll()
+ * set in them. */
+unsigned int chan_engine_prepare(struct p3_chan *c, struct pollfd *pfd, unsigned int *band);
+void chan_engine_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *band,
+		       unsigned int n);
 /* A completion was taken: p3_chan_fd() may have nothing left to say. */
 void chan_consumed(struct p3_chan *c);
-/* Shut down and wait until no call is inside and the engine has ended. */
+/* Shut down, wait until no call is inside, and take c from the engine. */
 void chan_quiesce(struct p3_chan *c);
+
+/* The process's progress engine (engine.c): one thread, "p3-engine",
+ * serving every channel added, started with the first; 0 or -errno. */
+int engine_add(struct p3_chan *c);
+/* Once it returns, the engine never touches c again. */
+void engine_remove(struct p3_chan *c);
+/* End the engine's poll(): a served channel has news. */
+void engine_kick(void);
 
 int tx_pump(struct p3_chan *c, int timeout_ms);
 int tx_step(struct p3_chan *c, int wait_ms);
+/* The bands with bytes to write, for room and for a refusal; and writing
+ * to those poll() found ready.  Under the lock, never blocking. */
+unsigned int tx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned int *map);
+void tx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
+	      unsigned int n);
 void tx_free(struct p3_chan *c);
 int tx_push_hello(struct p3_chan *c, unsigned int band);
 
 int rx_poll(struct p3_chan *c, int timeout_ms);
-/* The progress thread's receive pass: wait for data or a kick, read. */
-void rx_engine_step(struct p3_chan *c);
+/* The engine's receive steps, under the lock, never blocking: release
+ * bands stalled on a registration and gather the open connections; read
+ * from those poll() found ready. */
+unsigned int rx_gather(struct p3_chan *c, struct pollfd *pfd, unsigned int *map);
+void rx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
+	      unsigned int n);
 /* Something for p3_chan_fd()'s reader: a completion or an error. */
 int rx_ready(const struct p3_chan *c);
 void rx_free(struct p3_chan *c);

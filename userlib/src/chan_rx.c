@@ -528,21 +528,24 @@ static unsigned int rx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned i
 	return n;
 }
 
-/* Read from the connections poll() found ready. */
-static void rx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
-		     unsigned int n)
+/* Read from the connections poll() found ready.  A connection closed
+ * meanwhile (by another thread's pass: its descriptor is gone) is skipped,
+ * and a stalled one is taken for closed by its peer only if poll() said
+ * so: it may have stalled after a poll that asked for data. */
+void rx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
+	      unsigned int n)
 {
 	unsigned int i;
 
 	for (i = 0; i < n; i++) {
 		struct rx_conn *k = &c->rx[map[i]];
 
-		if (!pfd[i].revents)
+		if (!pfd[i].revents || k->status || k->fd != pfd[i].fd)
 			continue;
-		if (k->stalled)
-			k->peer_gone = 1;
-		else
+		if (!k->stalled)
 			conn_read(c, k);
+		else if (pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			k->peer_gone = 1;
 	}
 }
 
@@ -596,16 +599,12 @@ int rx_poll(struct p3_chan *c, int timeout_ms)
 	}
 }
 
-void rx_engine_step(struct p3_chan *c)
+unsigned int rx_gather(struct p3_chan *c, struct pollfd *pfd, unsigned int *map)
 {
-	struct pollfd pfd[P3_MAX_BANDS + 1];
-	unsigned int map[P3_MAX_BANDS], n;
 	int open;
 
 	rx_unstall(c);
-	n = rx_pollset(c, pfd, map, &open);
-	if (chan_wait(c, pfd, n, -1) > 0)
-		rx_serve(c, pfd, map, n);
+	return rx_pollset(c, pfd, map, &open);
 }
 
 void rx_free(struct p3_chan *c)

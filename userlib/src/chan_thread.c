@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
  * A channel shared by threads: its lock, the waits that drop it, shutdown,
- * and the optional progress thread (the "engine").
+ * and its side of the progress engine (engine.c).
  *
- * Without an engine, a call that must wait polls the sockets itself with
+ * Without the engine, a call that must wait polls the sockets itself with
  * the lock dropped, so that other threads can queue or register meanwhile.
- * With one, only the engine polls the sockets; every other thread waits on
- * the condition variable for the engine's news, so no two threads ever race
+ * With it, only the engine touches the sockets; every caller waits on the
+ * condition variable for the engine's news, so no two threads ever race
  * for the same bytes and the engine never waits for a caller.
  */
 #include <errno.h>
@@ -61,11 +61,6 @@ void chan_unlock(struct p3_chan *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-int chan_is_engine(const struct p3_chan *c)
-{
-	return c->engine_on && pthread_equal(pthread_self(), c->engine);
-}
-
 static void eventfd_set(int fd, int on)
 {
 	uint64_t v = 1;
@@ -79,7 +74,7 @@ static void eventfd_set(int fd, int on)
 void chan_kick(struct p3_chan *c)
 {
 	if (c->engine_on)
-		eventfd_set(c->wake, 1);
+		engine_kick();
 }
 
 /* Other threads wait for the engine: a condition wait up to wait_ms. */
@@ -110,9 +105,9 @@ int chan_wait(struct p3_chan *c, struct pollfd *pfd, unsigned int n, int wait_ms
 		pfd[i].revents = 0;
 	if (c->closing)
 		return -P3_ECLOSED;
-	if (c->engine_on && !chan_is_engine(c))
+	if (c->engine_on)
 		return wait_for_engine(c, wait_ms);
-	/* wake ends the wait on shutdown, and kicks the engine. */
+	/* wake ends the wait on shutdown. */
 	pfd[n] = (struct pollfd){ .fd = c->wake, .events = POLLIN };
 	pthread_mutex_unlock(&c->lock);
 	r = poll(pfd, n + 1, wait_ms);
@@ -121,16 +116,16 @@ int chan_wait(struct p3_chan *c, struct pollfd *pfd, unsigned int n, int wait_ms
 		return errno == EINTR ? 0 : -errno;
 	if (c->closing)
 		return -P3_ECLOSED;
-	if (pfd[n].revents) {
-		/* Only the engine is kicked; shutdown's count is never taken. */
-		eventfd_set(c->wake, 0);
+	/* Only shutdown writes wake, and its count is never taken: every
+	 * later wait ends at once too. */
+	if (pfd[n].revents)
 		r--;
-	}
 	return r;
 }
 
-/* What an event loop polling p3_chan_fd() should see now. */
-static void notify_update(struct p3_chan *c)
+/* What an event loop polling p3_chan_fd() should see now; 1 if that
+ * changed (a caller waiting for it has news). */
+static int notify_update(struct p3_chan *c)
 {
 	int ready = c->closing;
 
@@ -143,52 +138,64 @@ static void notify_update(struct p3_chan *c)
 	} else {
 		ready |= rx_ready(c);
 	}
-	if (ready != c->notified)
-		eventfd_set(c->notify, ready);
+	if (ready == c->notified)
+		return 0;
+	eventfd_set(c->notify, ready);
 	c->notified = ready;
+	return 1;
 }
 
-static void *engine_main(void *arg)
+/* A shut-down channel does no more I/O: its descriptors are left out. */
+unsigned int chan_engine_prepare(struct p3_chan *c, struct pollfd *pfd, unsigned int *band)
 {
-	struct p3_chan *c = arg;
-	int err = 0;
+	unsigned int n = 0;
 
 	pthread_mutex_lock(&c->lock);
-	while (!c->closing && err != -P3_ECLOSED) {
+	if (!c->closing) {
+		n = c->role == P3_ROLE_TX ? tx_pollset(c, pfd, band) : rx_gather(c, pfd, band);
+		/* Releasing a stalled band can fail it: news without a poll. */
+		if (notify_update(c))
+			pthread_cond_broadcast(&c->changed);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+/* The callers wake when a descriptor of theirs had something, not on
+ * every pass for every channel: idle channels' waiters sleep on. */
+void chan_engine_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *band,
+		       unsigned int n)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!c->closing) {
 		if (c->role == P3_ROLE_TX)
-			err = tx_step(c, -1);
+			tx_serve(c, pfd, band, n);
 		else
-			rx_engine_step(c);
+			rx_serve(c, pfd, band, n);
 		notify_update(c);
 		pthread_cond_broadcast(&c->changed);
-		/* poll() itself failed (ENOMEM): the callers do the I/O again. */
-		if (err && err != -P3_ECLOSED)
-			break;
 	}
-	c->engine_on = 0;
-	notify_update(c);
-	pthread_cond_broadcast(&c->changed);
 	pthread_mutex_unlock(&c->lock);
-	return NULL;
 }
 
 int chan_start_engine(struct p3_chan *c)
 {
 	int err;
 
+	/* Set before the engine can see c; nobody else has c yet. */
 	pthread_mutex_lock(&c->lock);
-	err = pthread_create(&c->engine, NULL, engine_main, c);
-	/* Named, so that top -H, perf and /proc tell the engines' CPU and
-	 * wake-ups from the application's threads (they would inherit its
-	 * name); a failure to name changes nothing else.
-	 */
-	if (!err)
-		pthread_setname_np(c->engine, "p3-chan");
-	c->engine_on = !err;
-	c->engine_made = !err;
+	c->engine_on = 1;
+	c->engine_made = 1;
 	notify_update(c);
 	pthread_mutex_unlock(&c->lock);
-	return -err;
+	err = engine_add(c);
+	if (err) {
+		pthread_mutex_lock(&c->lock);
+		c->engine_on = 0;
+		c->engine_made = 0;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return err;
 }
 
 /* The caller consumed something (a completion): p3_chan_fd() may go idle. */
@@ -217,7 +224,8 @@ P3_EXPORT void p3_chan_shutdown(struct p3_chan *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Shut down, then wait until no call is inside and the engine has ended. */
+/* Shut down, wait until no call is inside, then take c from the engine,
+ * which never touches it again: close may free it. */
 void chan_quiesce(struct p3_chan *c)
 {
 	p3_chan_shutdown(c);
@@ -226,6 +234,6 @@ void chan_quiesce(struct p3_chan *c)
 		pthread_cond_wait(&c->changed, &c->lock);
 	pthread_mutex_unlock(&c->lock);
 	if (c->engine_made)
-		pthread_join(c->engine, NULL);
+		engine_remove(c);
 	c->engine_made = 0;
 }

@@ -210,13 +210,9 @@ static int tx_error(const struct p3_chan *c)
 	return 0;
 }
 
-/* Wait for writable sockets and write, once.  0, -P3_ECLOSED, or -errno
- * from poll.  The engine waits even with nothing to write: for a kick. */
-int tx_step(struct p3_chan *c, int wait_ms)
+unsigned int tx_pollset(struct p3_chan *c, struct pollfd *pfd, unsigned int *map)
 {
-	struct pollfd pfd[P3_MAX_BANDS + 1];
-	unsigned int b, n = 0, map[P3_MAX_BANDS];
-	int r;
+	unsigned int b, n = 0;
 
 	for (b = 0; b < c->bands; b++) {
 		if (!band_busy(&c->tx[b]))
@@ -224,22 +220,46 @@ int tx_step(struct p3_chan *c, int wait_ms)
 		pfd[n] = (struct pollfd){ .fd = c->tx[b].fd, .events = POLLOUT | POLLIN };
 		map[n++] = b;
 	}
-	if (!n && !chan_is_engine(c))
-		return c->closing ? -P3_ECLOSED : 0;
-	r = chan_wait(c, pfd, n, wait_ms);
-	if (r < 0)
-		return r;
-	for (b = 0; b < n; b++) {
-		struct tx_band *tb = &c->tx[map[b]];
+	return n;
+}
 
-		if (pfd[b].revents & (POLLIN | POLLHUP | POLLERR)) {
+void tx_serve(struct p3_chan *c, const struct pollfd *pfd, const unsigned int *map,
+	      unsigned int n)
+{
+	unsigned int i;
+	int r;
+
+	for (i = 0; i < n; i++) {
+		struct tx_band *tb = &c->tx[map[i]];
+
+		/* Failed (its socket closed) by another thread since the poll
+		 * began: what poll() said of that descriptor is not news. */
+		if (tb->err || tb->fd != pfd[i].fd)
+			continue;
+		if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
 			r = band_refusal(c, tb);
 			if (r)
 				band_fail(c, tb, r);
 		}
-		if (pfd[b].revents)
+		if (pfd[i].revents)
 			band_write(c, tb);
 	}
+}
+
+/* Wait for writable sockets and write, once.  0, -P3_ECLOSED, or -errno
+ * from poll. */
+int tx_step(struct p3_chan *c, int wait_ms)
+{
+	struct pollfd pfd[P3_MAX_BANDS + 1];
+	unsigned int map[P3_MAX_BANDS], n = tx_pollset(c, pfd, map);
+	int r;
+
+	if (!n)
+		return c->closing ? -P3_ECLOSED : 0;
+	r = chan_wait(c, pfd, n, wait_ms);
+	if (r < 0)
+		return r;
+	tx_serve(c, pfd, map, n);
 	return 0;
 }
 

@@ -66,7 +66,7 @@ static int pair(unsigned int bands, size_t max_queued, int tx_progress, int rx_p
 	return 0;
 }
 
-/* This process's threads named as libp3 names its engines. */
+/* This process's threads named as libp3 names its engine. */
 static int engines_named(void)
 {
 	DIR *d = opendir("/proc/self/task");
@@ -81,7 +81,7 @@ static int engines_named(void)
 			continue;
 		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
 		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-chan\n"))
+		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-engine\n"))
 			n++;
 		if (f)
 			fclose(f);
@@ -142,9 +142,8 @@ static void test_progress(int tx_progress)
 		    tx_progress))
 		goto out;
 	named = engines_named();
-	tap_ok(named == 1 + tx_progress,
-	       "progress %d: %d threads named p3-chan, one per channel with progress",
-	       tx_progress, named);
+	tap_ok(named == 1, "progress %d: %d thread named p3-engine, one for the process's %d "
+	       "channels with progress", tx_progress, named, 1 + tx_progress);
 	fd = p3_chan_fd(rx);
 	tap_ok(fd >= 0 && !readable(fd, 0), "progress %d: receiver fd %d, idle before data",
 	       tx_progress, fd);
