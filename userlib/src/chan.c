@@ -162,11 +162,15 @@ static void chan_free(struct p3_chan *c)
 {
 	unsigned int b;
 
+	/* Each closed once: tx_free() closes what is left open, and a number
+	 * closed twice may by then be another thread's new socket. */
 	for (b = 0; b < P3_MAX_BANDS; b++) {
 		if (c->tx[b].fd >= 0)
 			close(c->tx[b].fd);
+		c->tx[b].fd = -1;
 		if (c->rx[b].fd >= 0)
 			close(c->rx[b].fd);
+		c->rx[b].fd = -1;
 	}
 	if (c->wake >= 0)
 		close(c->wake);
