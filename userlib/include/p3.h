@@ -320,7 +320,7 @@ struct p3_chan_opts {
 	size_t		max_queued;	/* sender memory bound, bytes */
 	uint32_t	max_payload;	/* largest frame payload either side */
 	int		timeout_ms;	/* connect / hello timeout, -1 none */
-	int		progress;	/* 1: a background thread moves the data */
+	int		progress;	/* 1: the background engine moves the data */
 	int		peer_timeout_ms; /* a silent peer fails the band after
 					  * this: 0 default (30 s), -1 kernel's */
 	/* Since 0.3 (libp3 1.2).  64 bits, so that on every ABI it starts where the
@@ -331,7 +331,7 @@ struct p3_chan_opts {
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
- * no progress thread, peers declared lost after 30 s of silence, level
+ * no progress, peers declared lost after 30 s of silence, level
  * stride 1.  size is the caller's sizeof(*opts): fields past it are left
  * alone, so a program built against an older header keeps its own
  * layout.  The macro passes it; p3_chan_opts_init itself, the first
@@ -499,10 +499,11 @@ uint64_t p3_chan_id(const struct p3_chan *c);
  *
  * Progress.  Without opts.progress, data moves only inside the calls above
  * (send, flush, poll), so a sender whose queue outruns the sockets must
- * come back to p3_chan_poll().  With it, a thread of the channel's own
- * writes queued messages and reads arriving frames the moment the sockets
- * allow; the calls above then only queue, register, and wait for that
- * thread's results, and p3_chan_fd() serves an event loop.
+ * come back to p3_chan_poll().  With it, the process's progress engine
+ * (one thread, "p3-engine", for every channel with progress) writes queued
+ * messages and reads arriving frames the moment the sockets allow; the
+ * calls above then only queue, register, and wait for the engine's
+ * results, and p3_chan_fd() serves an event loop.
  */
 
 /*
@@ -510,7 +511,7 @@ uint64_t p3_chan_id(const struct p3_chan *c);
  * something for the caller: on a receiver a completion for p3_chan_next()
  * or an error for p3_chan_poll(); on a sender an empty queue or a failed
  * band; on either after p3_chan_shutdown().  Poll it; never read it.
- * -EINVAL without a progress thread.
+ * -EINVAL without progress.
  */
 int p3_chan_fd(const struct p3_chan *c);
 

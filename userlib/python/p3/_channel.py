@@ -238,7 +238,7 @@ class Channel(_Closing):
     def pending(self) -> int:
         """Tensors registered with expect() whose completion poll() or
         wait() has not yet returned: `while rx.pending: rx.poll(...)`
-        misses none, even when the progress thread completes the last
+        misses none, even when the progress engine completes the last
         ones after a poll."""
         with self._mu:
             return sum(len(q) for q in self._bufs.values())

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """libp3 channels between every pair of ranks: this rank sends to rank q on
 tx[q] and receives from it on rx[q].  Addresses are exchanged through the
-torch.distributed store; every channel has a progress thread.  With
+torch.distributed store; every channel has progress (libp3's one engine
+thread serves them all).  With
 datagrams (bounded-loss pushes), a rank also has one datagram receiver,
 dg_rx, for every peer, and a datagram sender dg_tx[q] to each.
 
