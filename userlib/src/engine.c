@@ -116,38 +116,42 @@ void engine_kick(void)
 	(void)!write(E.wake, &one, sizeof(one));
 }
 
-static int grow(void **p, size_t *cap, size_t want, size_t size)
+/* An array of *cap elements of size, grown to hold want: the array, or
+ * NULL with p left as it was. */
+static void *grow(void *p, size_t *cap, size_t want, size_t size)
 {
 	size_t c = *cap ? *cap : 16;
-	void *q;
 
 	if (want <= *cap)
-		return 0;
+		return p;
 	while (c < want)
 		c *= 2;
-	q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
+	p = realloc(p, c * size);
+	if (p)
+		*cap = c;
+	return p;
 }
 
 /* Under E.mu: this pass's channels, with room for their descriptors. */
 static int pass_take(struct pass *p)
 {
 	size_t i, fds = 1;
-	int err;
+	void *q;
 
 	for (i = 0; i < E.n; i++)
 		fds += E.chan[i]->bands;	/* fixed at open: no lock */
-	err = grow((void **)&p->slot, &p->cslot, E.n, sizeof(*p->slot));
-	if (!err)
-		err = grow((void **)&p->pfd, &p->cpfd, fds, sizeof(*p->pfd));
-	if (!err)
-		err = grow((void **)&p->band, &p->cband, fds, sizeof(*p->band));
-	if (err)
-		return err;
+	q = grow(p->slot, &p->cslot, E.n, sizeof(*p->slot));
+	if (!q)
+		return -ENOMEM;
+	p->slot = q;
+	q = grow(p->pfd, &p->cpfd, fds, sizeof(*p->pfd));
+	if (!q)
+		return -ENOMEM;
+	p->pfd = q;
+	q = grow(p->band, &p->cband, fds, sizeof(*p->band));
+	if (!q)
+		return -ENOMEM;
+	p->band = q;
 	for (i = 0; i < E.n; i++)
 		p->slot[i] = (struct slot){ .c = E.chan[i] };
 	p->nslot = E.n;
@@ -268,11 +272,15 @@ static int engine_start(void)
 
 int engine_add(struct p3_chan *c)
 {
+	struct p3_chan **chan;
 	int err;
 
 	pthread_once(&once, engine_once);
 	pthread_mutex_lock(&E.mu);
-	err = grow((void **)&E.chan, &E.cap, E.n + 1, sizeof(*E.chan));
+	chan = grow(E.chan, &E.cap, E.n + 1, sizeof(*E.chan));
+	err = chan ? 0 : -ENOMEM;
+	if (chan)
+		E.chan = chan;
 	if (!err && E.wake < 0) {
 		E.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (E.wake < 0)
