@@ -30,9 +30,9 @@ class Channel(_Closing):
 
     Every method may be called from any thread.  close() from one thread
     ends the calls blocked in others: they raise ClosedError.  With
-    progress=True (the default) a thread inside libp3 moves the data, so a
-    sender may queue and go back to computing; fileno() then serves
-    selectors and event loops.
+    progress=True (the default) libp3's engine (one thread for the
+    process's channels) moves the data, so a sender may queue and go back
+    to computing; fileno() then serves selectors and event loops.
     """
 
     def __init__(self, handle: int) -> None:
