@@ -205,7 +205,7 @@ def record_exchange(opt):
 def thread_usage():
     """{thread: [user s, system s, wake-ups]} of this process so far,
     summed by thread name: Python's for the threads it started, else the
-    kernel's (libp3's engines are 'p3-chan'; torch's and Gloo's threads
+    kernel's (libp3's engine is 'p3-engine'; torch's and Gloo's threads
     keep the process's name).  System time includes the softirqs (packets
     received, the qdisc's timers) that ran while the thread was on the
     CPU: Debian's kernels do not account them apart (no
