@@ -5,7 +5,23 @@ p3.torch (schedule fifo or p3), or alone (compute: no exchange, one
 process), on fixed random data; rank 0 writes one JSON line to --out:
 every timed step's seconds, the CPU seconds of the process per step, and
 a digest of the final parameters (equal digests: bitwise-equal
-training)."""
+training).
+
+--mode takes a list too (ddp,fifo,p3): the modes train one after the
+other in the same processes, from the same weights, on the same data and
+dropout draws, one line each; p3.torch's init() then joins the job once
+and DDP runs on the Gloo group it starts.  --each DIR: every rank also
+writes DIR/rankN.json (per mode: its thread count at each timed step,
+start-up seconds, digest, or the error it raised and when) and rank 0
+DIR/params-MODE.pt (its final parameters, flat).  --die-at STEP makes
+rank --die-rank leave in the middle of that step (os._exit, after the
+forward pass), for the time the others take to raise.  The 16-rank run
+of docs/torch.md:
+
+    torchrun --nproc_per_node 16 --redirects 2 --tee 2 bench/ddp/rank.py \\
+        --mode ddp,fifo,p3 --model squeezenet1_1 --batch 2 --steps 6 \\
+        --warmup 2 --out build/bench-ddp/ranks16.jsonl
+"""
 import argparse
 import hashlib
 import json
@@ -24,6 +40,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'userlib', 'python'))
 
 from models import MODELS, model_bytes  # noqa: E402
+
+MODES = ('compute', 'ddp', 'fifo', 'p3')
 
 
 def thread_cpu():
@@ -46,6 +64,10 @@ def thread_cpu():
     return out
 
 
+def thread_count():
+    return len(os.listdir('/proc/self/task'))
+
+
 def digest(model):
     h = hashlib.sha256()
     for p in model.parameters():
@@ -53,42 +75,33 @@ def digest(model):
     return h.hexdigest()[:16]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument('--mode', choices=('compute', 'ddp', 'fifo', 'p3'),
-                    required=True)
-    ap.add_argument('--model', choices=sorted(MODELS), required=True)
-    ap.add_argument('--batch', type=int, default=16)
-    ap.add_argument('--steps', type=int, default=10)
-    ap.add_argument('--warmup', type=int, default=2)
-    ap.add_argument('--out', required=True)
-    ap.add_argument('--tag', default='', help='copied into the result')
-    ap.add_argument('--slice', type=int, default=None,
-                    help="p3.torch's slice_bytes")
-    ap.add_argument('--sample', action='store_true',
-                    help='profile the Python threads (bench/torch/sampler.py)')
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)   # no qdisc: by design
-    rank = int(os.environ.get('RANK', 0))
+def modes_arg(s):
+    modes = s.split(',')
+    if not modes or any(m not in MODES for m in modes) or (
+            'compute' in modes and len(modes) > 1):
+        raise argparse.ArgumentTypeError(
+            'a mode of %s, or a list of ddp, fifo, p3' % ', '.join(MODES))
+    return modes
+
+
+def train(mode, a, xs, ys, rank, rec):
+    """One mode's run from the seeded weights; rank 0's JSON line (or
+    None where this rank is not rank 0); fills rec (this rank's
+    --each record) as it goes."""
+    t_setup = time.monotonic()
     torch.manual_seed(1234)
     model = MODELS[a.model]()
-    gen = torch.Generator().manual_seed(100 + rank)
-    n = a.warmup + a.steps
-    xs = torch.randn(n, a.batch, 3, 32, 32, generator=gen)
-    ys = torch.randint(0, 10, (n, a.batch), generator=gen)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = model
-    if a.mode == 'ddp':
-        dist.init_process_group('gloo')
+    if mode == 'ddp':
         net = torch.nn.parallel.DistributedDataParallel(model)
-    elif a.mode in ('fifo', 'p3'):
+    elif mode in ('fifo', 'p3'):
         import p3.torch as p3t
-        p3t.init(timeout=120)
         p3t.broadcast_parameters(model.state_dict(), root_rank=0)
-        opt = p3t.DistributedOptimizer(opt, model, schedule=a.mode,
+        opt = p3t.DistributedOptimizer(opt, model, schedule=mode,
                                        slice_bytes=a.slice)
-    steps, cpu = [], []
+    n = a.warmup + a.steps
+    steps, cpu, threads = [], [], []
     sampler = None
     for i in range(n):
         if i == a.warmup:
@@ -98,34 +111,128 @@ def main():
                 from sampler import Sampler
                 sampler = Sampler(['MainThread', 'p3.torch reducer'])
         t0, c0 = time.monotonic(), time.process_time()
+        if i == 0:
+            rec['setup_s'] = t0 - t_setup
         opt.zero_grad()
-        F.cross_entropy(net(xs[i]), ys[i]).backward()
+        loss = F.cross_entropy(net(xs[i]), ys[i])
+        if i == a.die_at and rank == a.die_rank:
+            # Gone mid-step, without a goodbye.
+            rec['t_death'] = time.time()
+            rec['died_at'] = i
+            return None
+        loss.backward()
         opt.step()
         if i >= a.warmup:
             steps.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
+            threads.append(thread_count())
     after = thread_cpu()
     profile = sampler.close() if sampler else None
     if hasattr(opt, 'synchronize'):
         opt.synchronize()
-    if rank == 0:
+    rec.update(threads=threads, step_s=steps, digest=digest(model))
+    if a.each and rank == 0:
+        torch.save(torch.cat([p.detach().reshape(-1)
+                              for p in model.parameters()]),
+                   os.path.join(a.each, 'params-%s.pt' % mode))
+    if hasattr(opt, 'close'):
+        # Every rank is done before any closes: with more than two ranks
+        # a rank whose last averages came in may see a peer that is done
+        # close (libp3's P3_EINCOMPLETE: that peer's next-step buffers
+        # were registered) while it still waits for a third rank, and
+        # raise PeerError for it (1 run in 5 at 16 ranks).
+        dist.barrier()
+        opt.close()
+    if rank:
+        return None
+    return {
+        'tag': a.tag, 'model': a.model, 'mode': mode,
+        'batch': a.batch, 'bytes': model_bytes(model),
+        'step_s': steps, 'cpu_s': cpu,
+        'mean_s': sum(steps) / len(steps), 'digest': digest(model),
+        # The most threads at a timed step (after a step; p3.torch's
+        # close() ends its reducer).
+        'threads': max(threads),
+        'world': int(os.environ.get('WORLD_SIZE', 1)),
+        # CPU seconds a timed step, by thread.
+        'thread_cpu_s': {k: (v - before.get(k, 0)) / a.steps
+                         for k, v in after.items()
+                         if v - before.get(k, 0) > 0},
+        'profile': profile and {k: v[:15] for k, v in profile.items()}}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument('--mode', type=modes_arg, required=True,
+                    help='compute, ddp, fifo, p3, or a list of the last '
+                    'three (ddp,fifo,p3)')
+    ap.add_argument('--model', choices=sorted(MODELS), required=True)
+    ap.add_argument('--batch', type=int, default=16)
+    ap.add_argument('--steps', type=int, default=10)
+    ap.add_argument('--warmup', type=int, default=2)
+    ap.add_argument('--out', required=True)
+    ap.add_argument('--tag', default='', help='copied into the result')
+    ap.add_argument('--slice', type=int, default=None,
+                    help="p3.torch's slice_bytes")
+    ap.add_argument('--timeout', type=float, default=120,
+                    help="p3.torch.init()'s timeout, seconds")
+    ap.add_argument('--sample', action='store_true',
+                    help='profile the Python threads (bench/torch/sampler.py)')
+    ap.add_argument('--each', default=None,
+                    help='every rank writes DIR/rankN.json, rank 0 '
+                    'DIR/params-MODE.pt')
+    ap.add_argument('--die-at', type=int, default=-1,
+                    help='rank --die-rank leaves mid-way through this step '
+                    '(counting warm-up steps from 0)')
+    ap.add_argument('--die-rank', type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter('ignore', RuntimeWarning)   # no qdisc: by design
+    rank = int(os.environ.get('RANK', 0))
+    gen = torch.Generator().manual_seed(100 + rank)
+    n = a.warmup + a.steps
+    xs = torch.randn(n, a.batch, 3, 32, 32, generator=gen)
+    ys = torch.randint(0, 10, (n, a.batch), generator=gen)
+    each = {'rank': rank, 'modes': {}}
+    t_init = time.monotonic()
+    if {'fifo', 'p3'} & set(a.mode):
+        import p3.torch as p3t
+        p3t.init(timeout=a.timeout)
+    elif 'ddp' in a.mode:
+        dist.init_process_group('gloo')
+    each['init_s'] = time.monotonic() - t_init
+    lines = []
+    try:
+        for mode in a.mode:
+            rec = each['modes'][mode] = {}
+            try:
+                line = train(mode, a, xs, ys, rank, rec)
+            except Exception as e:
+                rec.update(error=type(e).__name__, message=str(e)[:300],
+                           t_error=time.time())
+                break
+            if 't_death' in rec:
+                break
+            if line:
+                lines.append(line)
+    finally:
+        if a.each:
+            with open(os.path.join(a.each, 'rank%d.json' % rank), 'w') as f:
+                json.dump(each, f)
+    if any('t_death' in r for r in each['modes'].values()):
+        os._exit(3)
+    failed = [r['error'] for r in each['modes'].values() if 'error' in r]
+    if lines:
         with open(a.out, 'a') as f:
-            f.write(json.dumps({
-                'tag': a.tag, 'model': a.model, 'mode': a.mode,
-                'batch': a.batch, 'bytes': model_bytes(model),
-                'step_s': steps, 'cpu_s': cpu,
-                'mean_s': sum(steps) / len(steps), 'digest': digest(model),
-                'threads': len(os.listdir('/proc/self/task')),
-                # CPU seconds a timed step, by thread.
-                'thread_cpu_s': {k: (v - before.get(k, 0)) / a.steps
-                                 for k, v in after.items()
-                                 if v - before.get(k, 0) > 0},
-                'profile': profile and {k: v[:15] for k, v in profile.items()}
-                }) + '\n')
-    if a.mode in ('fifo', 'p3'):
+            for line in lines:
+                f.write(json.dumps(line) + '\n')
+    if {'fifo', 'p3'} & set(a.mode):
         p3t.shutdown()
-    elif a.mode == 'ddp':
+    elif 'ddp' in a.mode:
         dist.destroy_process_group()
+    if failed:
+        sys.exit('bench/ddp: rank %d: %s' % (rank, failed[0]))
 
 
 if __name__ == '__main__':
