@@ -41,14 +41,12 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 from p3lib import (PORT, RADDR, RCV, SDEV, SND, Check, Sink, Tap, p3t,
-                   router, sh, stop_procs, tc, teardown, topology)
-from p3_nlfuzz import (KernelReports, decode_xstats, in_netns, kmemleak_clear,
-                       kmemleak_p3, kmemleak_scan, kmemleak_available, Rtnl)
+                   router, sh, stop_procs, tc, tc_batch, teardown, topology)
+from p3_nlfuzz import KernelReports, decode_xstats, in_netns, Rtnl
 
 PROBE_PORT = 5301
 # kmod/sch_p3.c: the most idle flows one GC pass frees (P3_GC_BATCH).
@@ -146,23 +144,6 @@ class Probe:
             t.join(timeout=5)
         self.rx.close()
         self.tx.close()
-
-
-def tc_batch(lines, ns=SND):
-    """Runs tc -batch (with -force: go on after a failed line) and returns
-    the number of lines that failed and the first errors."""
-    with tempfile.NamedTemporaryFile("w", suffix=".tc", delete=False) as f:
-        f.write("\n".join(lines) + "\n")
-        path = f.name
-    try:
-        r = subprocess.run(["ip", "netns", "exec", ns, "tc", "-force",
-                            "-batch", path], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=600)
-    finally:
-        os.unlink(path)
-    errors = [ln for ln in r.stderr.splitlines()
-              if ln.startswith(("Command failed", "Error", "RTNETLINK"))]
-    return r.returncode, errors
 
 
 P3_OPTS = [
@@ -402,7 +383,6 @@ def main():
     sh("modprobe sch_p3")
     klog = KernelReports()
     topology()
-    kmemleak_clear()
     nl = Rtnl(SND)
     with in_netns(SND):
         ifindex = socket.if_nametoindex(SDEV)
@@ -439,13 +419,8 @@ def main():
         sink.stop()
         nl.close()
         teardown()
-
-    if kmemleak_available():
-        leaks = kmemleak_p3(kmemleak_scan())
-        tap.result(not leaks, "churn: kmemleak finds nothing of p3 or the "
-                   "qdisc layer", "\n".join(leaks[:3]))
-    else:
-        tap.skip("churn: kmemleak", "not a debug kernel")
+    # The debug kernel's kmemleak scans come after the suite, from
+    # selftests/debug-kernel/guest.sh.
     return tap.finish()
 
 

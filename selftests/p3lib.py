@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -254,6 +255,25 @@ def teardown():
 
 def tc(args, ns=SND):
     return sh(f"tc {args}", ns=ns)
+
+
+def tc_batch(lines, ns=SND, force=True):
+    """Runs @lines in one tc -batch (one process: on the debug kernel
+    each tc started costs seconds) and returns its exit status and the
+    first errors. With @force it goes on after a failed line."""
+    with tempfile.NamedTemporaryFile("w", suffix=".tc", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+        path = f.name
+    try:
+        r = subprocess.run(["ip", "netns", "exec", ns, "tc"] +
+                           (["-force"] if force else []) + ["-batch", path],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=600)
+    finally:
+        os.unlink(path)
+    errors = [ln for ln in r.stderr.splitlines()
+              if ln.startswith(("Command failed", "Error", "RTNETLINK"))]
+    return r.returncode, errors
 
 
 _CLASS_RE = re.compile(

@@ -1,11 +1,17 @@
 #!/bin/bash
-# guest.sh CMD [ARG...]: runs one suite inside the debug guest, then what
-# only this kernel can check, as TAP lines after the suite's own:
+# guest.sh [--no-kmemleak] CMD [ARG...]: runs one suite inside the debug
+# guest, then what only this kernel can check, as TAP lines after the
+# suite's own:
 #   - kmemleak: objects that became unreferenced during the suite (those of
 #     the boot were scanned and cleared before it started);
 #   - the kernel log: any KASAN, UBSAN, lockdep, debug-objects, WARN or
 #     BUG report, whether or not it tainted the kernel.
-# Exit status: the suite's, or 1 if either check failed.
+# --no-kmemleak leaves kmemleak to the caller, which runs
+#   guest.sh --kmemleak-start            before the first of its suites and
+#   guest.sh --kmemleak-check WHAT       after the last,
+# so that several suites in one guest share one set of scans: each scan
+# of this kernel takes about 20 s under TCG, three a suite.
+# Exit status: the suite's, or 1 if a check failed.
 # scripts/check-debug.sh runs it:  vm-run ... -- selftests/debug-kernel/guest.sh CMD...
 set -u
 leak=/sys/kernel/debug/kmemleak
@@ -17,29 +23,29 @@ report+='suspicious RCU usage|INFO: task|rcu: INFO|self-detected stall|'
 report+='Unable to handle|list_(add|del) corruption|'
 report+='refcount_t:|leaked reference|Redzone|Poison overwritten|Object already free'
 
-if [ -w "$leak" ]; then
+kmemleak_start() {
+	[ -w "$leak" ] || return 0
 	# No scans behind our back; the boot's leftovers are not ours.
 	echo scan=off >"$leak"
 	echo scan >"$leak"
 	echo clear >"$leak"
-fi
-start=$(dmesg | wc -l)
-tmp=$(mktemp -d)
-# The suite, as its results name it: the script, not the interpreter.
-what=$1
-case $what in */python3 | python3) what=${2:-$1} ;; esac
-what=$(basename "$what")
+}
 
-"$@"
-rc=$?
-
-echo "# ---- debug kernel checks after: $*"
-if [ -w "$leak" ] && ! echo scan 2>/dev/null >"$leak"; then
-	# It turns itself off when it cannot allocate its own metadata.
-	dmesg | grep -i kmemleak | tail -n 5 | sed 's/^/# /'
-	echo "not ok - kmemleak: disabled during $what, nothing was checked"
-	rc=1
-elif [ -w "$leak" ]; then
+# kmemleak_check WHAT: TAP for the objects unreferenced since
+# kmemleak_start; 1 if there are any.
+kmemleak_check() {
+	local what=$1 tmp n k rc=0
+	if [ ! -w "$leak" ]; then
+		echo "ok - kmemleak # SKIP no $leak"
+		return 0
+	fi
+	if ! echo scan 2>/dev/null >"$leak"; then
+		# It turns itself off when it cannot allocate its own metadata.
+		dmesg | grep -i kmemleak | tail -n 5 | sed 's/^/# /'
+		echo "not ok - kmemleak: disabled during $what, nothing was checked"
+		return 1
+	fi
+	tmp=$(mktemp -d)
 	# An object must look unreferenced in two scans (and be 5 s old).
 	sleep 6
 	echo scan >"$leak"
@@ -49,7 +55,7 @@ elif [ -w "$leak" ]; then
 	# kobject_init_and_add() fails, leaking the cache's name, so a failed
 	# allocation inside kmem_cache_create() (the fault tests make them)
 	# leaves the string "p3_flow" behind. Not sch_p3's; see
-	# docs/reliability.md and CORE_LEAKS in selftests/p3_nlfuzz.py.
+	# docs/reliability.md.
 	awk -v core="$tmp/core" -v ours="$tmp/ours" '
 		function flush() {
 			if (rec == "") return
@@ -73,9 +79,29 @@ elif [ -w "$leak" ]; then
 		echo "not ok - kmemleak: $n unreferenced objects after $what"
 		rc=1
 	fi
-else
-	echo "ok - kmemleak # SKIP no $leak"
+	rm -rf "$tmp"
+	return $rc
+}
+
+case ${1:-} in
+--kmemleak-start) kmemleak_start; exit 0 ;;
+--kmemleak-check) kmemleak_check "${2:?}"; exit ;;
+esac
+own_kmemleak=1
+if [ "${1:-}" = --no-kmemleak ]; then
+	own_kmemleak=0
+	shift
 fi
+[ $own_kmemleak -eq 0 ] || kmemleak_start
+start=$(dmesg | wc -l)
+# The suite, as its results name it: the script, not the interpreter.
+what=$1
+case $what in */python3 | python3) what=${2:-$1} ;; esac
+what=$(basename "$what")
+"$@"
+rc=$?
+echo "# ---- debug kernel checks after: $*"
+[ $own_kmemleak -eq 0 ] || kmemleak_check "$what" || rc=1
 bad=$(dmesg | tail -n +"$((start + 1))" | grep -cE "$report")
 if [ "$bad" -eq 0 ]; then
 	echo "ok - kernel log: no KASAN, UBSAN, lockdep, ODEBUG, WARN or BUG report during $what"
