@@ -74,10 +74,10 @@ MODELS = ("vgg19", "resnet50")
 DDP_FIRST_BUCKET = 1 << 20
 DDP_BUCKET = 25 << 20
 # Threads and sockets per rank, besides the main thread and PyTorch's own.
-# p3.torch today: a progress thread per channel, a channel to and one
-# from every peer, each with a socket per level; a reducer; a pusher
-# (bounded loss).  With one progress engine per process, ENGINE_THREADS
-# serve them all.
+# p3.torch: a channel to and one from every peer, each with a socket per
+# level, all served by libp3's one progress engine (p3-engine); a
+# reducer; a pusher (bounded loss).  Before the engine, each channel had
+# a progress thread of its own: 2 (N - 1) of them.
 P3_OWN_THREADS = 2
 ENGINE_THREADS = 1
 # A ring: a connection to each neighbour; Gloo runs collectives on its
@@ -121,8 +121,8 @@ def faster(profile, k):
 def counts(n, levels=DEFAULT_LEVELS):
     """Each rank's sockets and threads at n ranks."""
     return {"p3_sockets": 2 * (n - 1) * levels,
-            "p3_threads": 2 * (n - 1) + P3_OWN_THREADS,
-            "p3_engine_threads": ENGINE_THREADS + P3_OWN_THREADS,
+            "p3_threads": ENGINE_THREADS + P3_OWN_THREADS,
+            "p3_threads_before": 2 * (n - 1) + P3_OWN_THREADS,
             "ring_sockets": RING_SOCKETS, "ring_threads": RING_THREADS}
 
 
@@ -267,7 +267,7 @@ def p3_step(profile, n, gbps, alpha=ALPHA, levels=DEFAULT_LEVELS, lay=None):
 # ------------------------------------------------------------------ table
 
 HEAD = ["model", "Gbit/s", "N", "step ring (s)", "step p3 (s)", "p3 ÷ ring",
-        "sockets p3", "threads p3 today / one engine", "sockets ring",
+        "sockets p3", "threads p3 (before the engine)", "sockets ring",
         "threads ring", "busiest ÷ mean bytes"]
 
 
@@ -279,7 +279,7 @@ def row(profile, n, gbps, alpha, levels, lay):
             f"{ring['step_s']:.3f}", f"{p3['step_s']:.3f}",
             f"{p3['step_s'] / ring['step_s']:.2f}",
             str(c["p3_sockets"]),
-            f"{c['p3_threads']} / {c['p3_engine_threads']}",
+            f"{c['p3_threads']} ({c['p3_threads_before']})",
             str(c["ring_sockets"]), str(c["ring_threads"]),
             f"{p3['skew']:.2f}"]
 

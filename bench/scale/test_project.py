@@ -64,15 +64,15 @@ def main():
                  f"{name}, {n} ranks, alpha 0, an infinite link: both steps "
                  f"are the compute ({c:.3f} s)", f"ring {ring}, p3 {p3}")
 
-    want = {2: (16, 4, 3), 64: (1008, 128, 3)}
-    for n, (socks, threads, engine) in want.items():
+    want = {2: (16, 3, 4), 64: (1008, 3, 128)}
+    for n, (socks, threads, before) in want.items():
         c = P.counts(n, levels=8)
-        t.ok((c["p3_sockets"], c["p3_threads"], c["p3_engine_threads"],
+        t.ok((c["p3_sockets"], c["p3_threads"], c["p3_threads_before"],
               c["ring_sockets"], c["ring_threads"]) ==
-             (socks, threads, engine, 2, 3),
+             (socks, threads, before, 2, 3),
              f"{n} ranks, 8 levels: p3 {socks} sockets, {threads} threads "
-             f"today, {engine} with one engine; ring 2 sockets, 3 threads",
-             repr(c))
+             f"({before} with a thread per channel); ring 2 sockets, "
+             "3 threads", repr(c))
 
     # the incast: one message, owned by one rank, pushed by N - 1 ranks
     # into its one link and returned out of it
