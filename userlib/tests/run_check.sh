@@ -107,7 +107,7 @@ run_python torch-dlcp "$HERE/test_torch_dlcp.py"
 # unused parameters, bfloat16, resume), each against DDP.
 run_python torch-habits "$HERE/test_torch_habits.py"
 # 16 ranks under torchrun: DDP's parameters, its thread count + 4, a
-# rank's death raised on every survivor, start-up (about 75 s).
+# rank's death raised on every survivor, start-up (70-115 s).
 run_python torch-ranks "$HERE/test_torch_ranks.py"
 
 exit $failed
