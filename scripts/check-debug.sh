@@ -12,8 +12,9 @@
 #   tdc     the tc command suite (selftests/tdc.py)
 #   vm      the other VM selftests (selftests/run-vm-tests.sh; --quick:
 #           the traffic and overload cases it does not leave out by name)
-# each followed by a kmemleak scan and a look for reports in the kernel
-# log (selftests/debug-kernel/guest.sh). TAP goes to build/check-debug/;
+# each followed by a look for reports in the kernel log and a kmemleak
+# scan (selftests/debug-kernel/guest.sh; with --quick, one scan after
+# the suites of each guest). TAP goes to build/check-debug/;
 # the run ends with "N passed, N failed, N skipped".
 #
 # The kernel is built once per machine and cached outside the repo (see
