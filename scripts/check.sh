@@ -72,6 +72,11 @@ stock_guest() {
 	# the debug guest).
 	[ "$timeout" -le 3600 ] || timeout=3600
 	echo "# vm-$k: stopped after ${timeout}s at the latest"
+	# The debug kernel, built from 6.1's source, runs this pass's
+	# time-free 6.1 cases (run-vm-tests.sh --beside-debug).
+	if [[ $k == 6.1.* ]] && selftests/debug-kernel/build.sh --print-dir >/dev/null 2>&1; then
+		set -- "$@" --beside-debug
+	fi
 	selftests/vm-run --kernel "$k" --timeout "$timeout" -- \
 		selftests/run-vm-tests.sh "$k" "$@" --deadline "$deadline"
 }
