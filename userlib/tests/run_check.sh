@@ -106,8 +106,10 @@ run_python torch-dlcp "$HERE/test_torch_dlcp.py"
 # The habits of a DDP script (schedulers, accumulation, clipping, buffers,
 # unused parameters, bfloat16, resume), each against DDP.
 run_python torch-habits "$HERE/test_torch_habits.py"
-# 16 ranks under torchrun: DDP's parameters, its thread count + 4, a
-# rank's death raised on every survivor, start-up (70-115 s).
+# 3 ranks: a rank done and closed while another still waits for a third
+# (no barrier); 16 ranks under torchrun: DDP's parameters, its thread
+# count + 4, a rank's death raised on every survivor, start-up (70-115 s,
+# and 30-60 s for the 3-rank jobs, on a loaded 2-core host).
 run_python torch-ranks "$HERE/test_torch_ranks.py"
 
 exit $failed

@@ -16,7 +16,14 @@ at 32x32, batch 2 a rank, bench/ddp/rank.py's worker and model.
 - 16 ranks started by hand (torchrun would stop the survivors itself
   within its 5 s monitor interval, before p3.torch has its say): rank
   DIE_RANK leaves (os._exit) in the middle of step DIE_AT; every one of
-  the 15 others raises p3.torch's PeerError within 60 s of its death.
+  the 15 others raises p3.torch's PeerError within 60 s of its death;
+- 3 ranks (test_torch's small CNN), staged: rank 0 ends its last step
+  and closes its channels (shutdown(), no barrier before it) while rank
+  1 still waits in that step for rank 2's averages, which rank 2 holds
+  back until rank 0 has closed: every rank ends, bitwise equal (rank 0
+  left with the next step's buffers registered, P3_EINCOMPLETE, which
+  made rank 1 raise PeerError); and rank 0 closing one step before the
+  others makes both raise PeerError, well within the timeout.
 
 Step times (p3.torch's over DDP's) are printed as diagnostics only: two
 cores shared with other jobs make them noise, not a verdict.
@@ -28,8 +35,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, '..', '..'))
@@ -244,8 +253,146 @@ def check_failure():
        'most %d s (slowest rank %.1f s)' % (STARTUP_BOUND_S, max(up)))
 
 
+LEAVE_WORLD, LEAVE_STEPS, LEAVE_TIMEOUT = 3, 3, 10
+LEAVE_HOLD_S = 1.0
+
+
+def leave_worker(schedule, case, out):
+    """One rank of a 3-rank job of test_torch's CNN.  case 'race': rank 2
+    holds the averages its last step owes rank 1 until rank 0, done, has
+    closed (and LEAVE_HOLD_S more); 'early': rank 0 trains one step
+    fewer, then closes.  Writes its result as JSON to out; rank 0 also
+    writes when it closed, to closed0 beside it."""
+    import p3.torch as p3t
+    from p3.torch import _exchange
+    torch.set_num_threads(1)
+    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc here
+    rank = int(os.environ['RANK'])
+    mark = os.path.join(os.path.dirname(out), 'closed0')
+    held, real = [], _exchange.Exchange._send
+    if case == 'race' and rank == 2:
+        def send(ex, q, m, it, pull):
+            if pull and q == 1 and it == LEAVE_STEPS - 1:
+                held.append((ex, q, m, it))
+            else:
+                real(ex, q, m, it, pull)
+        _exchange.Exchange._send = send
+    p3t.init(timeout=LEAVE_TIMEOUT)
+    model = tt.make_model()
+    p3t.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = tt.data()
+    opt = p3t.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=tt.LR, momentum=tt.MOMENTUM),
+        model, schedule=schedule, slice_bytes=tt.SLICE, timeout=LEAVE_TIMEOUT)
+    steps = LEAVE_STEPS - (case == 'early' and rank == 0)
+    result = {'held': 0}
+    try:
+        for step in range(steps):
+            lo = (step * LEAVE_WORLD + rank) * tt.BATCH
+            opt.zero_grad()
+            F.cross_entropy(model(x[lo:lo + tt.BATCH]),
+                            y[lo:lo + tt.BATCH]).backward()
+            opt.step()
+        opt.synchronize()
+        result['final'] = tt.flat(model).tolist()
+        result['t_done'] = time.time()
+    except Exception as e:
+        result.update(error=type(e).__name__, message=str(e)[:200],
+                      t_error=time.time())
+    result['lost'] = sorted(getattr(opt._ex, 'lost', ()))
+    if held:
+        t_end = time.monotonic() + 60
+        while not os.path.exists(mark) and time.monotonic() < t_end:
+            time.sleep(0.05)
+        time.sleep(LEAVE_HOLD_S)
+        result['held'] = len(held)
+        try:
+            for ex, q, m, it in held:
+                real(ex, q, m, it, True)
+        except Exception as e:      # rank 1 gone (it raised)
+            result['held_error'] = str(e)[:200]
+    p3t.shutdown()
+    if rank == 0:
+        with open(mark + '.tmp', 'w') as f:
+            f.write(repr(time.time()))
+        os.rename(mark + '.tmp', mark)
+    with open(out, 'w') as f:
+        json.dump(result, f)
+
+
+def leave_job(schedule, case):
+    """LEAVE_WORLD ranks of leave_worker: their results (None where there
+    is none) and when rank 0 closed (time.time(), None if it did not)."""
+    tmp = tempfile.mkdtemp(prefix='p3t-leave-')
+    port = free_port()
+    procs, outs = [], []
+    for r in range(LEAVE_WORLD):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(LEAVE_WORLD),
+                   MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port),
+                   OMP_NUM_THREADS='1')
+        outs.append(os.path.join(tmp, 'rank%d.json' % r))
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, '--leave-worker', schedule, case,
+             outs[-1]], env=env))
+    for p in procs:
+        try:
+            p.wait(timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    res = []
+    for out in outs:
+        try:
+            with open(out) as f:
+                res.append(json.load(f))
+        except (OSError, ValueError):
+            res.append(None)
+    try:
+        with open(os.path.join(tmp, 'closed0')) as f:
+            closed = float(f.read())
+    except (OSError, ValueError):
+        closed = None
+    shutil.rmtree(tmp, ignore_errors=True)
+    return res, closed
+
+
+def check_leaving():
+    """A rank done and gone is no failure to a rank that no longer needs
+    it; to one that does, it is, at once."""
+    for schedule in SCHEDULES:
+        res, closed = leave_job(schedule, 'race')
+        r1, r2 = res[1] or {}, res[2] or {}
+        finals = [r and r.get('final') for r in res]
+        good = (None not in finals and finals[0] == finals[1] == finals[2]
+                and r2.get('held', 0) > 0 and closed is not None
+                and r1.get('t_done', 0) > closed)
+        ok(good, '3 ranks, %s: rank 0 ends and closes (no barrier) while '
+           'rank 1 still waits for rank 2 (%d messages held back until '
+           'then): every rank ends, bitwise equal (rank 1 done %s s after '
+           'rank 0 closed, rank 1 noted lost: %s; errors: %s)'
+           % (schedule, r2.get('held', 0),
+              '%.1f' % (r1['t_done'] - closed)
+              if closed and 't_done' in r1 else '?', r1.get('lost'),
+              [r and r.get('message') for r in res]))
+    # Each rank then needs rank 0 (and the other, which may raise and
+    # leave first): a PeerError, never StepTimeout.
+    res, closed = leave_job('p3', 'early')
+    late = {r: (res[r] or {}).get('t_error', float('inf')) -
+            (closed or float('inf')) for r in (1, 2)}
+    good = closed is not None and all(
+        (res[r] or {}).get('error') == 'PeerError' and
+        late[r] < LEAVE_TIMEOUT / 2 for r in (1, 2))
+    ok(good, '3 ranks, p3: rank 0 closes one step before the others: ranks '
+       '1 and 2 raise PeerError within %.0f s of it (timeout %d s): %s'
+       % (LEAVE_TIMEOUT / 2, LEAVE_TIMEOUT,
+          ['%s after %.1f s: %s' % (
+              (res[r] or {}).get('error'), late[r],
+              (res[r] or {}).get('message', '')[:90]) for r in (1, 2)]))
+
+
 def main():
     t0 = time.monotonic()
+    check_leaving()
     check_training()
     check_failure()
     print('# 16 ranks: the suite took %.0f s' % (time.monotonic() - t0))
@@ -255,4 +402,7 @@ def main():
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    if len(sys.argv) > 1 and sys.argv[1] == '--leave-worker':
+        leave_worker(*sys.argv[2:5])
+    else:
+        sys.exit(main())

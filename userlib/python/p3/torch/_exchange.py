@@ -16,6 +16,14 @@ owner sums those elements and returns their average, zero elsewhere.
 With bounded loss (DLCP, _dlcp.py), a push travels as datagrams plus its
 largest elements over the channel; the owner sums it once both parts
 (and any chunks it had to ask for again) are in.
+
+A peer whose channel fails (it closed, died, or its connection broke) is
+lost, not the exchange: a rank that is done closes while the others may
+still wait in the same last step for a third rank, and what it owed
+them was delivered.  A wait raises for a lost peer only while something
+it waits for still needs that peer: the averages of a message the peer
+owns, or the pushes of one this rank owns.  Data that arrived before
+the channel failed still counts.
 """
 import os
 import selectors
@@ -105,7 +113,9 @@ class Exchange:
         self._plans = {}            # (peer, message, pull): its p3.Plan
         self.bytes_resent = 0
         self.cv = threading.Condition()
-        self.error = None
+        self.error = None           # the exchange's own failure: always raised
+        self.lost = {}              # peer: its PeerError (its channel failed)
+        self.slice_done = [False] * layout.ns   # averaged, this step
         self._local = []            # owned messages whose local part is in
         self._reset_counts()
         self.seen = [False] * len(params)   # gradient in, this step
@@ -212,6 +222,8 @@ class Exchange:
         pushes, local = [], False
         with self.cv:
             self._raise()
+            self._raise_lost(self.lay.owner[m]
+                             for m in self.lay.tensor_msgs[i])
             self.seen[i] = True
             for m in self.lay.tensor_msgs[i]:
                 self.local_left[m] -= 1
@@ -252,6 +264,8 @@ class Exchange:
                 if all(self.tensor_left[i] == 0 for i in indices):
                     return
                 self._raise()
+                if self.lost:
+                    self._raise_lost(self._needs(indices))
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise StepTimeout(
@@ -262,8 +276,7 @@ class Exchange:
 
     def done_now(self):
         """The tensors averaged already.  A peer's failure is not raised
-        here: a peer that delivered this step and left (its job is over)
-        is no failure, and the next wait() raises one that is."""
+        here: the next wait() that needs that peer raises it."""
         with self.cv:
             return [i for i, n in enumerate(self.tensor_left) if n == 0]
 
@@ -272,12 +285,38 @@ class Exchange:
         with self.cv:
             for i in indices:
                 self.tensor_left[i] = len(self.lay.tensor_slices[i])
+                for s in self.lay.tensor_slices[i]:
+                    self.slice_done[s] = False
         for i in indices:
             self._expect_pulls(i, it + 1)
 
     def _raise(self):
         if self.error is not None:
             raise self.error
+
+    def _raise_lost(self, peers):
+        """The error of the peer lost first among peers, if one is (a
+        rank that raised for a lost peer and left is lost after it)."""
+        need = set(peers)
+        for q, e in self.lost.items():
+            if q in need:
+                raise e
+
+    def _needs(self, indices):
+        """The peers the slices of tensors indices not yet averaged this
+        step wait for: each one's owner, and for the ones this rank owns
+        every peer (their pushes).  Under cv."""
+        for i in indices:
+            if not self.tensor_left[i]:
+                continue
+            for s in self.lay.tensor_slices[i]:
+                if self.slice_done[s]:
+                    continue
+                owner = self.lay.owner[self.lay.slices[s].msg]
+                if owner != self.rank:
+                    yield owner
+                else:
+                    yield from self.peers
 
     # ------------------------------------------------- the reducer thread
 
@@ -299,7 +338,8 @@ class Exchange:
                     if key.data is None:
                         os.read(self._wake_r, 4096)
                     elif key.data != 'dgram':
-                        self._drain(key.data)
+                        if not self._drain(key.data):
+                            sel.unregister(key.fd)
                 if self.lossy:
                     self._drain_datagrams()
                 with self.cv:
@@ -321,6 +361,27 @@ class Exchange:
                 self.error = error
             self.cv.notify_all()
 
+    def _lose(self, q, e):
+        """Rank q's channel failed (e): a wait that needs q raises."""
+        with self.cv:
+            if q not in self.lost:
+                self.lost[q] = PeerError(
+                    'p3.torch: rank %d lost its exchange with rank %d: %s'
+                    % (self.rank, q, e))
+            self.cv.notify_all()
+
+    def _send_to(self, q, send):
+        """send() to rank q from the reducer; a failure loses q (ClosedError:
+        close() ends the reducer)."""
+        if q in self.lost:
+            return              # gone: nothing it waits for can reach it
+        try:
+            send()
+        except p3.ClosedError:
+            raise
+        except p3.Error as e:
+            self._lose(q, e)
+
     # -------------------------------------------------- the pusher thread
 
     def _run_pusher(self):
@@ -341,14 +402,34 @@ class Exchange:
             self._pusher.join(self.timeout)
 
     def _drain(self, q):
+        """File what rank q's channel has.  False once it has failed: q
+        is lost, after what had arrived before is filed."""
+        ch = self.mesh.rx[q]
         try:
-            done = self.mesh.rx[q].poll(0)
+            done = ch.poll(0)
         except p3.ClosedError:
             raise
         except p3.Error as e:
-            raise PeerError('rank %d: %s' % (q, e)) from e
+            # libp3 reports a connection's failure once, ahead of the
+            # completions that came before it: take those too.
+            done, err = [], e
+            while True:
+                try:
+                    more = ch.poll(0)
+                except p3.ClosedError:
+                    raise
+                except p3.Error:
+                    break
+                if not more:
+                    break
+                done += more
+        else:
+            err = None
         for c in done:
             self._arrived(q, c)
+        if err is not None:
+            self._lose(q, err)
+        return err is None
 
     def _drain_datagrams(self):
         for c in self.mesh.dg_rx.completions(0):
@@ -372,9 +453,13 @@ class Exchange:
                 self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
                              c.iteration)
         elif c.tensor >= 2 * ns:        # the owner asks for chunks again
-            try:
+            def answer():
                 self.bytes_resent += self.lossy.answer_ask(
                     c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
+            try:
+                self._send_to(q, answer)
+            except p3.ClosedError:
+                raise
             except ValueError as e:
                 raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
         else:
@@ -398,7 +483,7 @@ class Exchange:
             self._sum(s)
         self._expect_pushes(m, it + 1)
         for q in self.peers:
-            self._send(q, m, it, pull=True)
+            self._send_to(q, lambda: self._send(q, m, it, pull=True))
         self._slices_done(self.lay.msgs[m])
 
     def _sum(self, s):
@@ -449,6 +534,7 @@ class Exchange:
         with self.cv:
             for s in slices:
                 t = self.lay.slices[s].tensor
+                self.slice_done[s] = True
                 self.tensor_left[t] -= 1
                 # Steps finish in order (a step's slices need the last
                 # step's updates), so every len(grad) tensors is a step.
