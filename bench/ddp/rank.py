@@ -136,12 +136,6 @@ def train(mode, a, xs, ys, rank, rec):
                               for p in model.parameters()]),
                    os.path.join(a.each, 'params-%s.pt' % mode))
     if hasattr(opt, 'close'):
-        # Every rank is done before any closes: with more than two ranks
-        # a rank whose last averages came in may see a peer that is done
-        # close (libp3's P3_EINCOMPLETE: that peer's next-step buffers
-        # were registered) while it still waits for a third rank, and
-        # raise PeerError for it (1 run in 5 at 16 ranks).
-        dist.barrier()
         opt.close()
     if rank:
         return None
