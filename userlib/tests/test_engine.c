@@ -64,30 +64,6 @@ static int threads(void)
 	return n;
 }
 
-static int engines_named(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	char path[300], comm[32];
-	int n = 0;
-
-	while (d && (e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-engine\n"))
-			n++;
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
-
 static struct p3_listener *listener(char *port, size_t len)
 {
 	struct p3_chan_opts o;

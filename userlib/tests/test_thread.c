@@ -6,7 +6,6 @@
  * one channel at once, and a plan is queued whole or not at all.  Built
  * plain, under ASan+UBSan and under TSan.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -64,31 +63,6 @@ static int pair(unsigned int bands, size_t max_queued, int tx_progress, int rx_p
 		return err;
 	}
 	return 0;
-}
-
-/* This process's threads named as libp3 names its engine. */
-static int engines_named(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	char path[300], comm[32];
-	int n = 0;
-
-	while (d && (e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-engine\n"))
-			n++;
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return n;
 }
 
 static int readable(int fd, int ms)
