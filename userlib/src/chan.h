@@ -93,8 +93,8 @@ struct p3_chan {
 	int			wake;		/* eventfd: ends any poll() in the channel */
 	int			notify;		/* eventfd: p3_chan_fd() */
 	int			notified;	/* notify holds a count */
-	int			engine_on;	/* the engine (engine.c) does the I/O */
-	int			engine_made;	/* registered there: p3_chan_fd() works */
+	int			engine_on;	/* the engine (engine.c) serves it: */
+							/* it does the I/O, p3_chan_fd() works */
 
 	/* sender */
 	struct tx_band		tx[P3_MAX_BANDS];

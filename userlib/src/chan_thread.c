@@ -185,14 +185,12 @@ int chan_start_engine(struct p3_chan *c)
 	/* Set before the engine can see c; nobody else has c yet. */
 	pthread_mutex_lock(&c->lock);
 	c->engine_on = 1;
-	c->engine_made = 1;
 	notify_update(c);
 	pthread_mutex_unlock(&c->lock);
 	err = engine_add(c);
 	if (err) {
 		pthread_mutex_lock(&c->lock);
 		c->engine_on = 0;
-		c->engine_made = 0;
 		pthread_mutex_unlock(&c->lock);
 	}
 	return err;
@@ -207,7 +205,7 @@ void chan_consumed(struct p3_chan *c)
 
 P3_EXPORT int p3_chan_fd(const struct p3_chan *c)
 {
-	return c && c->engine_made ? c->notify : -EINVAL;
+	return c && c->engine_on ? c->notify : -EINVAL;
 }
 
 P3_EXPORT void p3_chan_shutdown(struct p3_chan *c)
@@ -233,7 +231,7 @@ void chan_quiesce(struct p3_chan *c)
 	while (c->users)
 		pthread_cond_wait(&c->changed, &c->lock);
 	pthread_mutex_unlock(&c->lock);
-	if (c->engine_made)
+	if (c->engine_on)
 		engine_remove(c);
-	c->engine_made = 0;
+	c->engine_on = 0;
 }
