@@ -458,8 +458,6 @@ class Exchange:
                     c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
             try:
                 self._send_to(q, answer)
-            except p3.ClosedError:
-                raise
             except ValueError as e:
                 raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
         else:
