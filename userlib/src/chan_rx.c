@@ -167,6 +167,16 @@ P3_EXPORT int p3_chan_cancel(struct p3_chan *c, uint32_t tensor)
 	return err;
 }
 
+static int rx_any_stalled(const struct p3_chan *c)
+{
+	unsigned int b;
+
+	for (b = 0; b < c->bands; b++)
+		if (c->rx[b].stalled)
+			return 1;
+	return 0;
+}
+
 P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint64_t size,
 			     uint64_t iter)
 {
@@ -178,8 +188,10 @@ P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint
 	if (err)
 		return err;
 	err = rx_expect(c, tensor, buf, size, iter);
-	/* A band stalled on this tensor may go on: the engine looks again. */
-	if (!err)
+	/* A band stalled on this tensor may go on: the engine looks again.
+	 * With none stalled the engine has nothing new to do, and a kick
+	 * would cost it a pass (a syscall and a wake-up) per registration. */
+	if (!err && rx_any_stalled(c))
 		chan_kick(c);
 	chan_unlock(c);
 	return err;
