@@ -26,7 +26,7 @@ _layout (slices and their owners), _mesh (the channels), _setup (levels
 and the ranks' agreement on one plan), _order (forward order), _slimdp
 and _sparse (Slim-DP), _dlcp (bounded loss), run (p3torchrun).
 """
-from ._exchange import PeerError, StepTimeout
+from ._errors import PeerError, StepTimeout
 from ._layout import ORDER   # the planner's default order
 from ._job import (DEFAULT_TIMEOUT, NotInitializedError, broadcast_parameters,
                    init, rank, shutdown, size)

@@ -3,11 +3,15 @@
 in rank order, pull the average back.
 
 The main thread hands in gradients (backward hooks) and takes finished
-tensors; a reducer thread, woken by the channels' descriptors, files what
-arrives, sums what is complete and sends the results.  Buffers are
-registered one step ahead only when the step that used them is over, so
-a peer can never overwrite data still being read (libp3 holds a frame for
-an unregistered tensor until it is registered).
+tensors; a reducer thread (_reducer.py), woken by the channels'
+descriptors, files what arrives, sums what is complete and sends the
+results.  Buffers are registered one step ahead only when the step that
+used them is over, so a peer can never overwrite data still being read
+(libp3 holds a frame for an unregistered tensor until it is registered).
+
+Gradients and averages live in two flat buffers, every tensor a view of
+them (_layout.Units): a message's slices are adjacent there, and travel,
+are registered and are summed as one unit.
 
 With a sparsifier (Slim-DP, _slimdp.py), a slice travels as the elements
 every rank chose for this step (_sparse.py's wire form) both ways: the
@@ -17,16 +21,11 @@ With bounded loss (DLCP, _dlcp.py), a push travels as datagrams plus its
 largest elements over the channel; the owner sums it once both parts
 (and any chunks it had to ask for again) are in.
 
-A peer whose channel fails (it closed, died, or its connection broke) is
-lost, not the exchange: a rank that is done closes while the others may
-still wait in the same last step for a third rank, and what it owed
-them was delivered.  A wait raises for a lost peer only while something
-it waits for still needs that peer: the averages of a message the peer
-owns, or the pushes of one this rank owns.  Data that arrived before
-the channel failed still counts.
+A wait raises for a lost peer only while something it waits for still
+needs that peer: the averages of a message the peer owns, or the pushes
+of one this rank owns.
 """
 import os
-import selectors
 import threading
 import time
 
@@ -35,15 +34,9 @@ import torch
 
 import p3
 
-from . import _sparse
-
-
-class PeerError(ConnectionError):
-    """A peer left, broke its connection or sent something wrong."""
-
-
-class StepTimeout(TimeoutError):
-    """A step's gradients did not arrive within the timeout."""
+from ._errors import PeerError, StepTimeout
+from ._layout import Units
+from ._reducer import Reducer
 
 
 _NP = {torch.float32: np.float32, torch.float64: np.float64,
@@ -68,43 +61,52 @@ def np_dtypes(params):
     return [np.dtype(_NP[wire_dtype(p.dtype)]) for p in params]
 
 
-class Exchange:
+class Exchange(Reducer):
     def __init__(self, mesh, layout, rank, world, params, timeout,
                  sparse=None, lossy=None):
         self.mesh, self.lay = mesh, layout
         self.rank, self.world, self.timeout = rank, world, timeout
         self.peers = sorted(mesh.tx)
-        np_dtypes(params)
+        dtypes = np_dtypes(params)
         self.sparse = sparse
         self.lossy = lossy
         self.params = params
-        # Flat local gradients and averages, one per parameter (averages
-        # start at 0: Slim-DP's first choice reads them as the last step's).
-        self.grad = [torch.empty(p.numel(), dtype=wire_dtype(p.dtype))
-                     for p in params]
-        self.avg = [torch.zeros(p.numel(), dtype=wire_dtype(p.dtype))
-                    for p in params]
-        self._gbytes = [g.numpy().view(np.uint8) for g in self.grad]
-        self._abytes = [a.numpy().view(np.uint8) for a in self.avg]
+        self.units = un = Units(layout, dtypes,
+                                whole_messages=not (sparse or lossy))
+        # Local gradients and averages, flat (averages start at 0:
+        # Slim-DP's first choice reads them as the last step's), and each
+        # parameter's part as a flat tensor, its bytes and its shape.
+        self._gflat = np.empty(un.nbytes, np.uint8)
+        self._aflat = np.zeros(un.nbytes, np.uint8)
+        self._gbytes, self._abytes = [], []
+        for p, dt, off in zip(params, dtypes, un.tensor_off):
+            span = slice(off, off + p.numel() * dt.itemsize)
+            self._gbytes.append(self._gflat[span])
+            self._abytes.append(self._aflat[span])
+        self.grad = [torch.from_numpy(b.view(dt))
+                     for b, dt in zip(self._gbytes, dtypes)]
+        self.avg = [torch.from_numpy(b.view(dt))
+                    for b, dt in zip(self._abytes, dtypes)]
+        self._gshaped = [g.view(p.shape) for g, p in zip(self.grad, params)]
         self.owned = set(layout.owned(rank))
-        wire = [sparse.wire_bytes(s) if sparse else sl.length
-                for s, sl in enumerate(layout.slices)]
         # A push as it arrives: dense, sparse, or a bounded-loss push's
-        # reliable part (its datagrams land in lossy's buffers).
-        push_wire = [lossy.reliable_bytes(s) if lossy else wire[s]
-                     for s in range(layout.ns)]
+        # reliable part (its datagrams land in lossy's buffers); with
+        # either, a unit is a slice.
         self.recv = {}
         for m in self.owned:
-            for s in layout.msgs[m]:
+            for u in un.of_msg[m]:
+                n = (lossy.reliable_bytes(u) if lossy else
+                     sparse.wire_bytes(u) if sparse else
+                     un.units[u].end - un.units[u].start)
                 for q in self.peers:
-                    self.recv[(q, s)] = np.empty(push_wire[s], np.uint8)
+                    self.recv[(q, u)] = np.empty(n, np.uint8)
         # Sparse only: each slice's outgoing wire form (pushed by the main
         # thread if another rank owns it, returned by the reducer if this
         # one does: never both) and, for others' slices, the reply.
-        self._out = [np.empty(n, np.uint8) for n in wire] if sparse else None
-        self._reply = {s: np.empty(wire[s], np.uint8)
-                       for s in range(layout.ns)
-                       if sparse and layout.owner[layout.slices[s].msg] != rank}
+        wire = [sparse.wire_bytes(s) for s in range(layout.ns)] if sparse else []
+        self._out = [np.empty(n, np.uint8) for n in wire]
+        self._reply = {s: np.empty(n, np.uint8) for s, n in enumerate(wire)
+                       if layout.owner[layout.slices[s].msg] != rank}
         # Gradient payload bytes sent, one counter per writer: pushed (or
         # queued for the pusher) by the main thread, averages returned and
         # chunks sent again by the reducer.
@@ -118,13 +120,16 @@ class Exchange:
         self.slice_done = [False] * layout.ns   # averaged, this step
         self._local = []            # owned messages whose local part is in
         self._reset_counts()
+        # Main thread only: per unit another rank owns, its tensors not yet
+        # applied this step (its averages' buffer is still being read).
+        self._apply_left = [len(ts) for ts in un.tensors]
         self.seen = [False] * len(params)   # gradient in, this step
         self.done_at = []           # when each step's last tensor was in
         self._zeroed = 0
         for m in layout.msgs:
             self._expect_pushes(m, 0)
-        for i in range(len(params)):
-            self._expect_pulls(i, 0)
+        for u in range(un.n):
+            self._expect_pull(u, 0)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._closing = False
         self._thread = threading.Thread(target=self._reducer, daemon=True,
@@ -142,7 +147,7 @@ class Exchange:
     def _reset_counts(self):
         lay = self.lay
         self.local_left = {m: len(t) for m, t in lay.msg_tensors.items()}
-        self.push_left = {m: len(lay.msgs[m]) * len(self.peers)
+        self.push_left = {m: len(self.units.of_msg[m]) * len(self.peers)
                           for m in self.owned}
         self.tensor_left = [len(sl) for sl in lay.tensor_slices]
 
@@ -153,22 +158,24 @@ class Exchange:
     def _expect_pushes(self, m, it):
         if m not in self.owned:
             return
-        for s in self.lay.msgs[m]:
+        for u in self.units.of_msg[m]:
             for q in self.peers:
                 if self.lossy:
-                    self.lossy.expect_push(q, s, it, self.recv[(q, s)])
+                    self.lossy.expect_push(q, u, it, self.recv[(q, u)])
                 else:
-                    self.mesh.rx[q].expect(s, self.recv[(q, s)], it)
+                    self.mesh.rx[q].expect(u, self.recv[(q, u)], it)
 
-    def _expect_pulls(self, i, it):
-        for s in self.lay.tensor_slices[i]:
-            owner = self.lay.owner[self.lay.slices[s].msg]
-            if owner != self.rank:
-                buf = (self._reply[s] if self.sparse
-                       else self._slice_view(self._abytes[i], s))
-                self.mesh.rx[owner].expect(self.lay.ns + s, buf, it)
-                if self.lossy:
-                    self.lossy.expect_asks(s, it)
+    def _expect_pull(self, u, it):
+        """Unit u's averages for step it, if another rank owns it."""
+        unit = self.units.units[u]
+        owner = self.lay.owner[unit.msg]
+        if owner == self.rank:
+            return
+        buf = (self._reply[u] if self.sparse
+               else self._aflat[unit.start:unit.end])
+        self.mesh.rx[owner].expect(self.units.n + u, buf, it)
+        if self.lossy:
+            self.lossy.expect_asks(u, it)
 
     def _send(self, q, m, it, pull):
         """Message m to rank q: local gradients (push) or averages (pull)."""
@@ -191,19 +198,21 @@ class Exchange:
             self.bytes_pushed += plan.bytes
 
     def _plan(self, m, pull):
-        lay, slices, arrays = self.lay, [], {}
-        for s in lay.msgs[m]:
-            sl = lay.slices[s]
-            wire = lay.ns + s if pull else s
-            if self.sparse:
+        un, slices, arrays = self.units, [], {}
+        for u in un.of_msg[m]:
+            unit = un.units[u]
+            wire = un.n + u if pull else u
+            if self.sparse:             # a unit is a slice
                 # A reply was encoded once, by _sum, for every peer.
-                data = self._out[s] if pull else self.sparse.encode(
-                    s, self.sparse.values(s, self.grad[sl.tensor].numpy()),
-                    self._out[s])
+                t = self.lay.slices[u].tensor
+                data = self._out[u] if pull else self.sparse.encode(
+                    u, self.sparse.values(u, self.grad[t].numpy()),
+                    self._out[u])
             else:
-                src = (self._abytes if pull else self._gbytes)[sl.tensor]
-                data = self._slice_view(src, s)
-            slices.append(p3.Slice(wire, 0, data.nbytes, sl.level, m, sl.prio))
+                flat = self._aflat if pull else self._gflat
+                data = flat[unit.start:unit.end]
+            slices.append(p3.Slice(wire, 0, data.nbytes, unit.level, m,
+                                   unit.prio))
             arrays[wire] = data
         return p3.Plan(slices, arrays)
 
@@ -211,7 +220,7 @@ class Exchange:
 
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""
-        self.grad[i].copy_(grad.reshape(-1))
+        self._gshaped[i].copy_(grad)
         if self.sparse:
             # The parameter and the average hold the last step's update
             # here (the forward that led here applied it), the same bits
@@ -231,8 +240,11 @@ class Exchange:
                     continue
                 if self.lay.owner[m] == self.rank:
                     # The reducer resets the count when it has summed.
-                    # It is woken once for what queues before it looks
+                    # While pushes are due it sums on the last one; else
+                    # it is woken, once for what queues before it looks
                     # (a wake-up costs the GIL a round trip).
+                    if self.push_left[m]:
+                        continue
                     local = local or not self._local
                     self._local.append((m, it))
                 else:
@@ -281,14 +293,20 @@ class Exchange:
             return [i for i, n in enumerate(self.tensor_left) if n == 0]
 
     def recycle(self, indices, it):
-        """Tensors indices were applied for step it: take step it + 1's."""
+        """Tensors indices were applied for step it: take step it + 1's
+        (a unit's averages once all its tensors are applied)."""
         with self.cv:
             for i in indices:
                 self.tensor_left[i] = len(self.lay.tensor_slices[i])
                 for s in self.lay.tensor_slices[i]:
                     self.slice_done[s] = False
+        un = self.units
         for i in indices:
-            self._expect_pulls(i, it + 1)
+            for u in un.of_tensor[i]:
+                self._apply_left[u] -= 1
+                if not self._apply_left[u]:
+                    self._apply_left[u] = len(un.tensors[u])
+                    self._expect_pull(u, it + 1)
 
     def _raise(self):
         if self.error is not None:
@@ -318,70 +336,6 @@ class Exchange:
                 else:
                     yield from self.peers
 
-    # ------------------------------------------------- the reducer thread
-
-    def _reducer(self):
-        sel = selectors.DefaultSelector()
-        try:
-            for q, ch in self.mesh.rx.items():
-                sel.register(ch.fileno(), selectors.EVENT_READ, q)
-            sel.register(self._wake_r, selectors.EVENT_READ, None)
-            # Datagram parts also complete at their deadlines, which only
-            # a poll notices: look at least twice per deadline.
-            every = None
-            if self.lossy:
-                sel.register(self.mesh.dg_rx.fileno(), selectors.EVENT_READ,
-                             'dgram')
-                every = max(0.001, self.lossy.deadline / 2)
-            while not self._closing:
-                for key, _ in sel.select(every):
-                    if key.data is None:
-                        os.read(self._wake_r, 4096)
-                    elif key.data != 'dgram':
-                        if not self._drain(key.data):
-                            sel.unregister(key.fd)
-                if self.lossy:
-                    self._drain_datagrams()
-                with self.cv:
-                    local, self._local = self._local, []
-                for m, it in local:
-                    self._reduce_if_complete(m, it)
-        except p3.ClosedError:
-            pass                    # close() ended us
-        except Exception as e:
-            self._fail(PeerError('p3.torch: rank %d lost its exchange with %s'
-                                 % (self.rank, e)))
-        finally:
-            sel.close()
-
-    def _fail(self, error):
-        """A thread's error, handed to the main thread's next call."""
-        with self.cv:
-            if self.error is None:
-                self.error = error
-            self.cv.notify_all()
-
-    def _lose(self, q, e):
-        """Rank q's channel failed (e): a wait that needs q raises."""
-        with self.cv:
-            if q not in self.lost:
-                self.lost[q] = PeerError(
-                    'p3.torch: rank %d lost its exchange with rank %d: %s'
-                    % (self.rank, q, e))
-            self.cv.notify_all()
-
-    def _send_to(self, q, send):
-        """send() to rank q from the reducer; a failure loses q (ClosedError:
-        close() ends the reducer)."""
-        if q in self.lost:
-            return              # gone: nothing it waits for can reach it
-        try:
-            send()
-        except p3.ClosedError:
-            raise
-        except p3.Error as e:
-            self._lose(q, e)
-
     # -------------------------------------------------- the pusher thread
 
     def _run_pusher(self):
@@ -400,147 +354,6 @@ class Exchange:
         if self._pusher:
             self.lossy.close()
             self._pusher.join(self.timeout)
-
-    def _drain(self, q):
-        """File what rank q's channel has.  False once it has failed: q
-        is lost, after what had arrived before is filed."""
-        ch = self.mesh.rx[q]
-        try:
-            done = ch.poll(0)
-        except p3.ClosedError:
-            raise
-        except p3.Error as e:
-            # libp3 reports a connection's failure once, ahead of the
-            # completions that came before it: take those too.
-            done, err = [], e
-            while True:
-                try:
-                    more = ch.poll(0)
-                except p3.ClosedError:
-                    raise
-                except p3.Error:
-                    break
-                if not more:
-                    break
-                done += more
-        else:
-            err = None
-        for c in done:
-            self._arrived(q, c)
-        if err is not None:
-            self._lose(q, err)
-        return err is None
-
-    def _drain_datagrams(self):
-        for c in self.mesh.dg_rx.completions(0):
-            whole = self.lossy.on_datagrams(c, c.iter, self.timeout)
-            if whole:
-                self._pushed(self.lay.slices[whole[1]].msg, c.iter)
-
-    def _pushed(self, m, it):
-        """A push of message m is in, whole."""
-        with self.cv:
-            self.push_left[m] -= 1
-        self._reduce_if_complete(m, it)
-
-    def _arrived(self, q, c):
-        ns = self.lay.ns
-        if c.tensor < ns:
-            if not self.lossy or self.lossy.on_reliable(q, c.tensor):
-                self._pushed(self.lay.slices[c.tensor].msg, c.iteration)
-        elif c.tensor >= 3 * ns:        # chunks this rank asked for again
-            if self.lossy.on_resend(q, c.tensor - 3 * ns):
-                self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
-                             c.iteration)
-        elif c.tensor >= 2 * ns:        # the owner asks for chunks again
-            def answer():
-                self.bytes_resent += self.lossy.answer_ask(
-                    c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
-            try:
-                self._send_to(q, answer)
-            except ValueError as e:
-                raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
-        else:
-            s = c.tensor - self.lay.ns
-            if self.sparse:
-                t = self.lay.slices[s].tensor
-                vals = self._decode(s, self._reply[s],
-                                    self.lay.owner[self.lay.slices[s].msg])
-                self.sparse.scatter(s, vals,
-                                    self._slice_view(self._abytes[t], s)
-                                    .view(_NP[self.grad[t].dtype]))
-            self._slices_done([s])
-
-    def _reduce_if_complete(self, m, it):
-        with self.cv:
-            if self.push_left[m] or self.local_left[m]:
-                return
-            self.push_left[m] = len(self.lay.msgs[m]) * len(self.peers)
-            self.local_left[m] = len(self.lay.msg_tensors[m])
-        for s in self.lay.msgs[m]:
-            self._sum(s)
-        self._expect_pushes(m, it + 1)
-        for q in self.peers:
-            self._send_to(q, lambda: self._send(q, m, it, pull=True))
-        self._slices_done(self.lay.msgs[m])
-
-    def _sum(self, s):
-        """The average of slice s over the ranks, summed in rank order so
-        that arrival order never changes a bit."""
-        t = self.lay.slices[s].tensor
-        dt = _NP[self.grad[t].dtype]
-        out = self._slice_view(self._abytes[t], s).view(dt)
-        acc = np.empty(self.sparse.count[s], dt) if self.sparse else out
-        for r in range(self.world):
-            if self.sparse:
-                part = (self.sparse.values(s, self.grad[t].numpy())
-                        if r == self.rank
-                        else self._decode(s, self.recv[(r, s)], r))
-            elif self.lossy and r != self.rank:
-                part = self.lossy.part(r, s, self.recv[(r, s)],
-                                       self._decode_reliable(r))
-            else:
-                part = (self._slice_view(self._gbytes[t], s) if r == self.rank
-                        else self.recv[(r, s)]).view(dt)
-            if r == 0:
-                np.copyto(acc, part)
-            else:
-                np.add(acc, part, out=acc)
-        np.divide(acc, dt(self.world), out=acc)
-        if self.sparse:
-            self.sparse.scatter(s, acc, out)
-            self.sparse.encode(s, acc, self._out[s])
-
-    def _decode_reliable(self, q):
-        """_sparse.decode, a bad payload from rank q a PeerError."""
-        def decode(buf, n, dt, count):
-            try:
-                return _sparse.decode(buf, n, dt, count)
-            except ValueError as e:
-                raise PeerError('p3.torch: rank %d sent a bad reliable part: '
-                                '%s' % (q, e)) from e
-        return decode
-
-    def _decode(self, s, buf, q):
-        try:
-            return self.sparse.decode(s, buf)
-        except ValueError as e:
-            raise PeerError('p3.torch: rank %d sent a bad sparse slice %d: %s'
-                            % (q, s, e)) from e
-
-    def _slices_done(self, slices):
-        with self.cv:
-            for s in slices:
-                t = self.lay.slices[s].tensor
-                self.slice_done[s] = True
-                self.tensor_left[t] -= 1
-                # Steps finish in order (a step's slices need the last
-                # step's updates), so every len(grad) tensors is a step.
-                if not self.tensor_left[t]:
-                    self._zeroed += 1
-                    if self._zeroed % len(self.grad) == 0:
-                        self.done_at.append(time.monotonic())
-            self.cv.notify_all()
 
     def close(self):
         self.finish_pushes()

@@ -9,7 +9,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ._exchange import PeerError
+from ._errors import PeerError
 from ._mesh import local_address
 
 DEFAULT_TIMEOUT = 30.0

@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""The exchange's reducer thread: woken by the channels' descriptors, it
+files what arrives, sums each owned message once every rank's part is
+in (in rank order), sends the averages back, and marks what is done for
+the main thread's waits (_exchange.py holds the state it shares).
+
+A peer whose channel fails (it closed, died, or its connection broke) is
+lost, not the exchange: a rank that is done closes while the others may
+still wait in the same last step for a third rank, and what it owed
+them was delivered.  Data that arrived before the channel failed still
+counts.
+"""
+import os
+import selectors
+import time
+
+import numpy as np
+
+import p3
+
+from . import _sparse
+from ._errors import PeerError
+
+
+class Reducer:
+    """Exchange's reducer-thread methods (a mixin: the state is
+    Exchange's)."""
+
+    def _reducer(self):
+        sel = selectors.DefaultSelector()
+        try:
+            for q, ch in self.mesh.rx.items():
+                sel.register(ch.fileno(), selectors.EVENT_READ, q)
+            sel.register(self._wake_r, selectors.EVENT_READ, None)
+            # Datagram parts also complete at their deadlines, which only
+            # a poll notices: look at least twice per deadline.
+            every = None
+            if self.lossy:
+                sel.register(self.mesh.dg_rx.fileno(), selectors.EVENT_READ,
+                             'dgram')
+                every = max(0.001, self.lossy.deadline / 2)
+            while not self._closing:
+                for key, _ in sel.select(every):
+                    if key.data is None:
+                        os.read(self._wake_r, 4096)
+                    elif key.data != 'dgram':
+                        if not self._drain(key.data):
+                            sel.unregister(key.fd)
+                if self.lossy:
+                    self._drain_datagrams()
+                with self.cv:
+                    local, self._local = self._local, []
+                for m, it in local:
+                    self._reduce_if_complete(m, it)
+        except p3.ClosedError:
+            pass                    # close() ended us
+        except Exception as e:
+            self._fail(PeerError('p3.torch: rank %d lost its exchange with %s'
+                                 % (self.rank, e)))
+        finally:
+            sel.close()
+
+    def _fail(self, error):
+        """A thread's error, handed to the main thread's next call."""
+        with self.cv:
+            if self.error is None:
+                self.error = error
+            self.cv.notify_all()
+
+    def _lose(self, q, e):
+        """Rank q's channel failed (e): a wait that needs q raises."""
+        with self.cv:
+            if q not in self.lost:
+                self.lost[q] = PeerError(
+                    'p3.torch: rank %d lost its exchange with rank %d: %s'
+                    % (self.rank, q, e))
+            self.cv.notify_all()
+
+    def _send_to(self, q, send):
+        """send() to rank q from the reducer; a failure loses q (ClosedError:
+        close() ends the reducer)."""
+        if q in self.lost:
+            return              # gone: nothing it waits for can reach it
+        try:
+            send()
+        except p3.ClosedError:
+            raise
+        except p3.Error as e:
+            self._lose(q, e)
+
+    def _drain(self, q):
+        """File what rank q's channel has.  False once it has failed: q
+        is lost, after what had arrived before is filed."""
+        ch = self.mesh.rx[q]
+        try:
+            done = ch.poll(0)
+        except p3.ClosedError:
+            raise
+        except p3.Error as e:
+            # libp3 reports a connection's failure once, ahead of the
+            # completions that came before it: take those too.
+            done, err = [], e
+            while True:
+                try:
+                    more = ch.poll(0)
+                except p3.ClosedError:
+                    raise
+                except p3.Error:
+                    break
+                if not more:
+                    break
+                done += more
+        else:
+            err = None
+        for c in done:
+            self._arrived(q, c)
+        if err is not None:
+            self._lose(q, err)
+        return err is None
+
+    def _drain_datagrams(self):
+        for c in self.mesh.dg_rx.completions(0):
+            whole = self.lossy.on_datagrams(c, c.iter, self.timeout)
+            if whole:
+                self._pushed(self.lay.slices[whole[1]].msg, c.iter)
+
+    def _pushed(self, m, it):
+        """A push of (a unit of) message m is in, whole."""
+        with self.cv:
+            self.push_left[m] -= 1
+        self._reduce_if_complete(m, it)
+
+    def _arrived(self, q, c):
+        # Wire ids: pushes 0..nu-1, averages nu..2nu-1; with bounded
+        # loss (a unit a slice, nu = ns) asks from 2ns, resends from 3ns.
+        ns, nu = self.lay.ns, self.units.n
+        if c.tensor < nu:
+            if not self.lossy or self.lossy.on_reliable(q, c.tensor):
+                self._pushed(self.units.units[c.tensor].msg, c.iteration)
+        elif c.tensor >= 3 * ns:        # chunks this rank asked for again
+            if self.lossy.on_resend(q, c.tensor - 3 * ns):
+                self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
+                             c.iteration)
+        elif c.tensor >= 2 * ns:        # the owner asks for chunks again
+            def answer():
+                self.bytes_resent += self.lossy.answer_ask(
+                    c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
+            try:
+                self._send_to(q, answer)
+            except ValueError as e:
+                raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
+        else:
+            u = c.tensor - nu
+            if self.sparse:             # a unit is a slice
+                t = self.lay.slices[u].tensor
+                vals = self._decode(u, self._reply[u],
+                                    self.lay.owner[self.units.units[u].msg])
+                self.sparse.scatter(u, vals,
+                                    self._slice_view(self._abytes[t], u)
+                                    .view(self.units.units[u].dtype))
+            self._slices_done(self.units.units[u].slices)
+
+    def _reduce_if_complete(self, m, it):
+        with self.cv:
+            if self.push_left[m] or self.local_left[m]:
+                return
+            self.push_left[m] = len(self.units.of_msg[m]) * len(self.peers)
+            self.local_left[m] = len(self.lay.msg_tensors[m])
+        for u in self.units.of_msg[m]:
+            self._sum(u)
+        self._expect_pushes(m, it + 1)
+        for q in self.peers:
+            self._send_to(q, lambda: self._send(q, m, it, pull=True))
+        self._slices_done(self.lay.msgs[m])
+
+    def _sum(self, u):
+        """The average of unit u over the ranks, summed in rank order so
+        that arrival order never changes a bit."""
+        unit = self.units.units[u]
+        dt = unit.dtype
+        out = self._aflat[unit.start:unit.end].view(dt)
+        acc = np.empty(self.sparse.count[u], dt) if self.sparse else out
+        for r in range(self.world):
+            if self.sparse:             # a unit is a slice
+                t = self.lay.slices[u].tensor
+                part = (self.sparse.values(u, self.grad[t].numpy())
+                        if r == self.rank
+                        else self._decode(u, self.recv[(r, u)], r))
+            elif self.lossy and r != self.rank:
+                part = self.lossy.part(r, u, self.recv[(r, u)],
+                                       self._decode_reliable(r))
+            else:
+                part = (self._gflat[unit.start:unit.end] if r == self.rank
+                        else self.recv[(r, u)]).view(dt)
+            if r == 0:
+                np.copyto(acc, part)
+            else:
+                np.add(acc, part, out=acc)
+        np.divide(acc, dt.type(self.world), out=acc)
+        if self.sparse:
+            self.sparse.scatter(u, acc, out)
+            self.sparse.encode(u, acc, self._out[u])
+
+    def _decode_reliable(self, q):
+        """_sparse.decode, a bad payload from rank q a PeerError."""
+        def decode(buf, n, dt, count):
+            try:
+                return _sparse.decode(buf, n, dt, count)
+            except ValueError as e:
+                raise PeerError('p3.torch: rank %d sent a bad reliable part: '
+                                '%s' % (q, e)) from e
+        return decode
+
+    def _decode(self, s, buf, q):
+        try:
+            return self.sparse.decode(s, buf)
+        except ValueError as e:
+            raise PeerError('p3.torch: rank %d sent a bad sparse slice %d: %s'
+                            % (q, s, e)) from e
+
+    def _slices_done(self, slices):
+        with self.cv:
+            for s in slices:
+                t = self.lay.slices[s].tensor
+                self.slice_done[s] = True
+                self.tensor_left[t] -= 1
+                # Steps finish in order (a step's slices need the last
+                # step's updates), so every len(grad) tensors is a step.
+                if not self.tensor_left[t]:
+                    self._zeroed += 1
+                    if self._zeroed % len(self.grad) == 0:
+                        self.done_at.append(time.monotonic())
+            self.cv.notify_all()
