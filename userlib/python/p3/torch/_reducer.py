@@ -180,6 +180,7 @@ class Reducer:
         dt = unit.dtype
         out = self._aflat[unit.start:unit.end].view(dt)
         acc = np.empty(self.sparse.count[u], dt) if self.sparse else out
+        first = None
         for r in range(self.world):
             if self.sparse:             # a unit is a slice
                 t = self.lay.slices[u].tensor
@@ -192,10 +193,16 @@ class Reducer:
             else:
                 part = (self._gflat[unit.start:unit.end] if r == self.rank
                         else self.recv[(r, u)]).view(dt)
+            # Rank 0's part is held until rank 1's comes, so that the
+            # first sum reads both where they are (no copy to acc first).
             if r == 0:
-                np.copyto(acc, part)
+                first = part
+            elif r == 1:
+                np.add(first, part, out=acc)
             else:
                 np.add(acc, part, out=acc)
+        if self.world == 1:
+            np.copyto(acc, first)
         np.divide(acc, dt.type(self.world), out=acc)
         if self.sparse:
             self.sparse.scatter(u, acc, out)
