@@ -17,7 +17,8 @@ from p3):
     _buffers    Python buffers held exported while libp3 uses them
     _closing    close() on with-block exit and on collection
     _chan_opts  p3_chan_opts from keyword arguments
-    _channel    Channel, its Completion records, and Plan (a plan sent often)
+    _channel    Channel and its Completion records
+    _plan       Plan (a plan laid out once, sent often)
     _listener   Listener
     _qdisc      qdisc_add/change/replace/del and qdisc_stats()
 
@@ -37,7 +38,8 @@ from ._planner import DEFAULT_SLICE, ORDERS, Slice, Tensor, TensorLike, \
     plan, suggest_slice
 from ._buffers import BufferLike, _Buf
 from ._chan_opts import _opts
-from ._channel import Channel, Completion, Plan
+from ._channel import Channel, Completion
+from ._plan import Plan
 from ._listener import Listener
 from ._qdisc import HandleLike, qdisc_add, qdisc_change, qdisc_del, \
     qdisc_replace, qdisc_stats

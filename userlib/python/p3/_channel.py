@@ -16,9 +16,9 @@ from ._chan_opts import _opts
 from ._clock import Timeout, _ms
 from ._closing import _Closing
 from ._errors import ClosedError, _CODES, _check, _error
-from ._libp3 import _BufRef, _Completion, _Slice, _band_status, _bands, \
-    _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next, \
+from ._libp3 import _Completion, _band_status, _bands, _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next, \
     _pending, _poll, _queued, _send, _send_plan, _send_ref, _shutdown, _vp
+from ._plan import Plan
 from ._planner import Slice
 
 Completion = collections.namedtuple('Completion',
@@ -275,28 +275,3 @@ class Channel(_Closing):
         _close(h)
         with self._mu:
             self._sent_refs.clear()     # closed: nothing reads them now
-
-
-class Plan:
-    """A plan's slices and the buffers they read, checked and laid out for
-    the library once; the buffers stay exported while the Plan lives, and
-    what they hold when it is sent is what goes (the library copies it)."""
-
-    def __init__(self, slices: Iterable[Slice],
-                 arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]]):
-        slices = list(slices)
-        self.n = len(slices)
-        self.bytes = sum(s.length for s in slices)
-        self._bufs = bufs = {}
-        self.cs = cs = (_Slice * max(1, self.n))()
-        for i, s in enumerate(slices):
-            if s.tensor not in bufs:
-                bufs[s.tensor] = _Buf(arrays[s.tensor])
-            if s.offset + s.length > bufs[s.tensor].nbytes or s.length <= 0:
-                raise ValueError('p3: slice %d is outside tensor %d'
-                                 % (i, s.tensor))
-            cs[i] = _Slice(s.tensor, s.msg, s.offset, s.length, s.prio,
-                           s.level)
-        self.refs = (_BufRef * (max(bufs, default=0) + 1))()
-        for t, b in bufs.items():
-            self.refs[t] = _BufRef(b.ptr, b.nbytes)

@@ -21,10 +21,13 @@ each slice carries only the elements Slim-DP picks (_slimdp.py).  See
 docs/torch.md.
 
 The modules, one job each: _job (init, the ranks, broadcasts), _optimizer
-(DistributedOptimizer), _exchange (one step's pushes, sums and pulls),
-_layout (slices and their owners), _mesh (the channels), _setup (levels
-and the ranks' agreement on one plan), _order (forward order), _slimdp
-and _sparse (Slim-DP), _dlcp (bounded loss), run (p3torchrun).
+(DistributedOptimizer), _update (its hooks, step() and synchronize()),
+_exchange (one step's pushes and waits), _reducer (the sums and pulls,
+on the exchange's threads), _flat (the flat gradient and average
+buffers), _layout (slices, units and their owners), _mesh (the
+channels), _setup (levels and the ranks' agreement on one plan), _order
+(forward order), _slimdp and _sparse (Slim-DP), _dlcp (bounded loss),
+_errors (what the exchange raises), run (p3torchrun).
 """
 from ._errors import PeerError, StepTimeout
 from ._layout import ORDER   # the planner's default order

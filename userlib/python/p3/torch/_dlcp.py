@@ -14,9 +14,8 @@ A rank pushes each slice to its owner in two parts:
 The owner completes the datagram part when it is whole, or once no
 datagram of it came for `deadline` seconds (twice that after the
 reliable part, if none had come by then), with the missing chunks
-zero-filled; the reliable
-part's elements then overwrite theirs, so the largest ones are never
-lost.  If more than `loss_tolerance` of the slice's bytes are missing,
+zero-filled; the reliable part's elements then overwrite theirs, so the
+largest ones are never lost.  If more than `loss_tolerance` of the slice's bytes are missing,
 the owner asks the pusher for exactly the missing chunks over the
 reliable channel (a bitmap of chunks) and the pusher sends them back, so
 that no slice is ever summed with more lost than the bound.
@@ -28,14 +27,12 @@ datagrams from the backward hook would stall backward until the link had
 drained the rest, and keep the next layers' more urgent pushes waiting
 behind it; the reliable channel queues instead, and so must this.
 
-Only pushes are loss-tolerant.  The averages the owner returns stay
-reliable: a rank that missed part of one would apply another update than
-the others, and the replicas would drift apart.
+Only pushes are loss-tolerant: a rank that missed part of an average
+would apply another update than the others, and the replicas drift.
 
-Wire ids, on the channel from a pusher to the owner: s the reliable part
-(as a dense push), 3 NS + s the chunks sent again; from the owner to the
-pusher: 2 NS + s the chunks asked for.  On the owner's datagram
-receiver: q NS + s, slice s from rank q.
+Wire ids, pusher to owner: s the reliable part (as a dense push), 3 NS + s
+the chunks sent again; owner to pusher: 2 NS + s the chunks asked for;
+on the owner's datagram receiver: q NS + s, slice s from rank q.
 """
 import errno
 import heapq

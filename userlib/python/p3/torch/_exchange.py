@@ -3,23 +3,20 @@
 in rank order, pull the average back.
 
 The main thread hands in gradients (backward hooks) and takes finished
-tensors; a reducer thread (_reducer.py), woken by the channels'
-descriptors, files what arrives, sums what is complete and sends the
-results.  Buffers are registered one step ahead only when the step that
-used them is over, so a peer can never overwrite data still being read
-(libp3 holds a frame for an unregistered tensor until it is registered).
+tensors; the reducer thread (_reducer.py) files what arrives, sums what
+is complete and sends the results.  Buffers are registered one step
+ahead only when the step that used them is over, so a peer can never
+overwrite data still being read (libp3 holds a frame for an
+unregistered tensor until it is registered).  A message's slices are
+adjacent in the flat buffers (_flat.py), and travel, are registered and
+are summed as one unit (_layout.Units).
 
-Gradients and averages live in two flat buffers, every tensor a view of
-them (_layout.Units): a message's slices are adjacent there, and travel,
-are registered and are summed as one unit.
-
-With a sparsifier (Slim-DP, _slimdp.py), a slice travels as the elements
-every rank chose for this step (_sparse.py's wire form) both ways: the
-owner sums those elements and returns their average, zero elsewhere.
-
-With bounded loss (DLCP, _dlcp.py), a push travels as datagrams plus its
-largest elements over the channel; the owner sums it once both parts
-(and any chunks it had to ask for again) are in.
+With Slim-DP (_slimdp.py), a slice travels as the elements every rank
+chose for this step (_sparse.py's wire form) both ways: the owner sums
+those and returns their average, zero elsewhere.  With bounded loss
+(DLCP, _dlcp.py), a push travels as datagrams plus its largest elements
+over the channel; the owner sums it once both parts (and any chunks it
+had to ask for again) are in.
 
 A wait raises for a lost peer only while something it waits for still
 needs that peer: the averages of a message the peer owns, or the pushes
@@ -30,35 +27,13 @@ import threading
 import time
 
 import numpy as np
-import torch
 
 import p3
 
 from ._errors import PeerError, StepTimeout
+from ._flat import flat, np_dtypes
 from ._layout import Units
 from ._reducer import Reducer
-
-
-_NP = {torch.float32: np.float32, torch.float64: np.float64,
-       torch.float16: np.float16}
-# numpy has no bfloat16: such gradients travel and are summed as float32,
-# which also keeps the sum from rounding at every rank's addition.
-_WIRE = {torch.bfloat16: torch.float32}
-
-
-def wire_dtype(dtype):
-    """The torch dtype a parameter's gradient travels and is summed in."""
-    return _WIRE.get(dtype, dtype)
-
-
-def np_dtypes(params):
-    """The numpy dtype each parameter's gradient travels in; TypeError for
-    one p3.torch cannot sum."""
-    for p in params:
-        if wire_dtype(p.dtype) not in _NP:
-            raise TypeError('p3.torch: %s parameters are not supported'
-                            % p.dtype)
-    return [np.dtype(_NP[wire_dtype(p.dtype)]) for p in params]
 
 
 class Exchange(Reducer):
@@ -73,20 +48,10 @@ class Exchange(Reducer):
         self.params = params
         self.units = un = Units(layout, dtypes,
                                 whole_messages=not (sparse or lossy))
-        # Local gradients and averages, flat (averages start at 0:
-        # Slim-DP's first choice reads them as the last step's), and each
-        # parameter's part as a flat tensor, its bytes and its shape.
-        self._gflat = np.empty(un.nbytes, np.uint8)
-        self._aflat = np.zeros(un.nbytes, np.uint8)
-        self._gbytes, self._abytes = [], []
-        for p, dt, off in zip(params, dtypes, un.tensor_off):
-            span = slice(off, off + p.numel() * dt.itemsize)
-            self._gbytes.append(self._gflat[span])
-            self._abytes.append(self._aflat[span])
-        self.grad = [torch.from_numpy(b.view(dt))
-                     for b, dt in zip(self._gbytes, dtypes)]
-        self.avg = [torch.from_numpy(b.view(dt))
-                    for b, dt in zip(self._abytes, dtypes)]
+        # Local gradients, and averages (at 0 first: Slim-DP's first
+        # choice reads them as the last step's).
+        self._gflat, self.grad, self._gbytes = flat(un, params, dtypes)
+        self._aflat, self.avg, self._abytes = flat(un, params, dtypes)
         self._gshaped = [g.view(p.shape) for g, p in zip(self.grad, params)]
         self.owned = set(layout.owned(rank))
         # A push as it arrives: dense, sparse, or a bounded-loss push's
@@ -130,17 +95,7 @@ class Exchange(Reducer):
             self._expect_pushes(m, 0)
         for u in range(un.n):
             self._expect_pull(u, 0)
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._closing = False
-        self._thread = threading.Thread(target=self._reducer, daemon=True,
-                                        name='p3.torch reducer')
-        self._thread.start()
-        self._pusher = None
-        if lossy:
-            self._pusher = threading.Thread(target=self._run_pusher,
-                                            daemon=True,
-                                            name='p3.torch pusher')
-            self._pusher.start()
+        self._start_threads()
 
     # ------------------------------------------------------------ counts
 
@@ -335,30 +290,3 @@ class Exchange(Reducer):
                     yield owner
                 else:
                     yield from self.peers
-
-    # -------------------------------------------------- the pusher thread
-
-    def _run_pusher(self):
-        try:
-            self.lossy.run_pusher()
-        except p3.ClosedError:
-            pass                    # close() ended us
-        except p3.Error as e:
-            self._fail(PeerError('p3.torch: rank %d cannot push: %s'
-                                 % (self.rank, e)))
-        except Exception as e:      # pragma: no cover - a bug, surfaced
-            self._fail(e)
-
-    def finish_pushes(self):
-        """Send what is queued for the pusher, then stop it."""
-        if self._pusher:
-            self.lossy.close()
-            self._pusher.join(self.timeout)
-
-    def close(self):
-        self.finish_pushes()
-        self._closing = True
-        os.write(self._wake_w, b'x')
-        self._thread.join(self.timeout)
-        os.close(self._wake_r)
-        os.close(self._wake_w)

@@ -7,23 +7,23 @@ subclass of the wrapped optimizer's class (as Horovod's wrapper is), so
 that learning-rate schedulers, GradScaler and isinstance accept it, and
 sharing its param_groups and state, so that a schedule's learning rates
 reach the update."""
-import contextlib
-import time
 
 import torch
 
 import p3
 import p3.dgram
 from . import _job
-from ._exchange import Exchange, np_dtypes
+from ._exchange import Exchange
+from ._flat import np_dtypes
 from ._layout import ORDER, Layout
 from ._mesh import Mesh, dgram_level
 from ._order import forward_ranks
 from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
-                     auto_slice, bounded_loss_args, free_levels,
+                     auto_slice, bounded_loss_args, check_args, free_levels,
                      local_p3_qdisc, same_plan, warn_if_no_qdisc)
-from ._slimdp import SlimDP, check_args as check_slimdp
+from ._slimdp import SlimDP
 from ._dlcp import BoundedLoss
+from ._update import Updates, groups_of
 
 _classes = {}
 
@@ -45,7 +45,7 @@ def _forwarded(name):
                     lambda self, v: setattr(self._opt, name, v))
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+class DistributedOptimizer(Updates, torch.optim.Optimizer):
     """Wrap any torch.optim optimizer whose update is per parameter (SGD,
     Adam, AdamW, RMSprop, ...; not LBFGS).  The result is an instance of
     the wrapped optimizer's class too.
@@ -123,22 +123,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # The wrapped optimizer's __init__ is not run: its state is _opt's.
         self._opt = optimizer
         self._mesh = None
-        if sparsify not in (None, 'slimdp'):
-            raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
-                             "not %r" % (sparsify,))
-        if sparsify is None and (keep is not None or explore is not None):
-            raise ValueError("p3.torch: keep and explore need "
-                             "sparsify='slimdp'")
-        if order is not None and (schedule != 'p3' or order not in p3.ORDERS):
-            raise ValueError("p3.torch: order needs schedule='p3' and is one "
-                             "of %s, not %r" % (', '.join(p3.ORDERS), order))
-        if (not isinstance(backward_passes_per_step, int)
-                or backward_passes_per_step < 1):
-            raise ValueError('p3.torch: backward_passes_per_step must be an '
-                             'integer >= 1, not %r' % (backward_passes_per_step,))
-        if sparsify:
-            keep, explore = check_slimdp(0.1 if keep is None else keep,
-                                         0.02 if explore is None else explore)
+        keep, explore = check_args(schedule, sparsify, keep, explore, order,
+                                   backward_passes_per_step)
         nbands = bands if schedule == 'p3' else 1
         lossy = bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
                                   sparsify, nbands or DEFAULT_LEVELS)
@@ -151,17 +137,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._params = [p for p in model.parameters() if p.requires_grad]
         names = {p: n for n, p in model.named_parameters()}
         self._names = [names[p] for p in self._params]
-        index = {p: i for i, p in enumerate(self._params)}
-        group_of = {}
-        for k, g in enumerate(optimizer.param_groups):
-            for p in g['params']:
-                if p.requires_grad and p not in index:
-                    raise ValueError('p3.torch: the optimizer holds a parameter '
-                                     'that is not in the model')
-                group_of[p] = k
-        # Each parameter's group in the wrapped optimizer (None: it has
-        # none, and is averaged but not updated).
-        self._group_of = [group_of.get(p) for p in self._params]
+        self._group_of = groups_of(optimizer, self._params)
         dtypes = np_dtypes(self._params)
         if (sparsify or lossy) and any(p.dtype == torch.bfloat16
                                        for p in self._params):
@@ -216,197 +192,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._idle = set()          # no rank had a gradient: not updated
         self._unapplied = set()     # averaged for the last step, not applied
         self._step_options = []     # param_groups' options at that step()
-        self._hooks = []
-        # Horovod's trick: the AccumulateGrad node's hook runs once p.grad
-        # holds this backward's gradient (torch 1.13 has no
-        # post-accumulate hook on the tensor).  The nodes are kept: one
-        # no longer referenced is made anew, without the hook.
-        self._accumulators = [p.expand_as(p).grad_fn.next_functions[0][0]
-                              for p in self._params]
-        for i, acc in enumerate(self._accumulators):
-            self._hooks.append(acc.register_hook(self._make_hook(i)))
-        if schedule == 'p3':
-            for m in model.modules():
-                own = [index[p] for p in m.parameters(recurse=False) if p in index]
-                if own:
-                    self._hooks.append(
-                        m.register_forward_pre_hook(self._make_pre_hook(own)))
-        # A checkpoint taken between step() and the next forward holds
-        # the update p3 would otherwise apply layer by layer in that
-        # forward (the values are the parameters' own storage).
-        self._hooks.append(model._register_state_dict_hook(
-            lambda *_: self._apply_pending()))
+        self._hooks = self._install_hooks(model, schedule)
         st['optimizers'].add(self)
         if schedule == 'p3':        # fifo asks nothing of the kernel
             warn_if_no_qdisc(found, [dgram_level(v) for v in range(nbands)]
                              if lossy else None)
-
-    # ------------------------------------------------------------ hooks
-
-    def _make_hook(self, i):
-        def hook(*_):
-            self._passes[i] += 1
-            if self._passes[i] == self._passes_per_step:
-                self._ex.gradient(i, self._params[i].grad, self._step)
-            elif self._passes[i] > self._passes_per_step:
-                raise RuntimeError(
-                    'p3.torch: %s got more than backward_passes_per_step=%d '
-                    'gradients before step()'
-                    % (self._names[i], self._passes_per_step))
-        return hook
-
-    def _make_pre_hook(self, own):
-        def pre_hook(module, inputs):
-            pending = [i for i in own if i in self._unapplied]
-            if pending:
-                # With this module's update, every other one averaged
-                # already: one step of the wrapped optimizer for many
-                # layers (each call costs a walk of its groups).
-                ready = set(self._ex.done_now()) & self._unapplied
-                self._apply(sorted(ready.union(pending)), wait=True)
-        return pre_hook
-
-    # ------------------------------------------------------- the update
-
-    def _deadline(self):
-        return time.monotonic() + self._timeout
-
-    def _average(self, i):
-        """Parameter i's averaged gradient, in the parameter's dtype."""
-        p = self._params[i]
-        return self._ex.avg[i].view_as(p).to(p.dtype)
-
-    def _apply(self, indices, wait):
-        """Update parameters indices with their averaged gradients, through
-        the wrapped optimizer shown those parameters alone: a step over
-        every parameter for each layer would walk the whole model once a
-        layer (a small model's step is mostly that walk)."""
-        if wait:
-            self._ex.wait(indices, self._deadline())
-        shown = [[] for _ in self.param_groups]
-        for i in indices:
-            p = self._params[i]
-            # One no rank had a gradient for keeps the caller's .grad
-            # (None, or zeros after zero_grad(set_to_none=False)), as DDP
-            # leaves it.
-            if i not in self._idle:
-                p.grad = self._average(i)
-            if self._group_of[i] is not None:
-                shown[self._group_of[i]].append(p)
-        with torch.no_grad(), self._as_at_step(shown):
-            self._opt.step()
-        for i in indices:
-            self._params[i].grad = None
-        self._unapplied.difference_update(indices)
-        self._ex.recycle(indices, self._step - 1)
-
-    @contextlib.contextmanager
-    def _as_at_step(self, shown):
-        """The param_groups holding only the parameters shown, with the
-        learning rates (and every other option) they had at step(): p3
-        applies a layer's update in the next forward, after a scheduler
-        has moved them on."""
-        groups = self.param_groups
-        now = [dict(g) for g in groups]
-        for k, g in enumerate(groups):
-            if k < len(self._step_options):
-                g.update(self._step_options[k])
-            g['params'] = shown[k]
-        try:
-            yield
-        finally:
-            for g, was in zip(groups, now):
-                g.update(was)
-
-    def _apply_pending(self):
-        """Apply what the last step averaged and no forward has applied."""
-        if self._unapplied:
-            self._apply(sorted(self._unapplied), wait=True)
-
-    def _end_backward(self):
-        """This step's backward passes are over: send what they did not
-        (gradients accumulated over fewer passes, and with
-        find_unused_parameters zeros for the parameters that got none),
-        and begin the next step's exchange."""
-        self._apply_pending()       # parameters the last forward never ran
-        absent = [i for i, k in enumerate(self._passes) if k == 0]
-        if absent and not self._find_unused:
-            raise RuntimeError(
-                'p3.torch: no gradient for %s in this step (every parameter '
-                'needs one; pass find_unused_parameters=True to average a '
-                'missing gradient as zeros)'
-                % ', '.join(self._names[i] for i in absent[:5]))
-        for i, k in enumerate(self._passes):
-            if k < self._passes_per_step:
-                p = self._params[i]
-                self._ex.gradient(i, torch.zeros_like(p) if k == 0 else p.grad,
-                                  self._step)
-        missing = self._ex.end_step()
-        assert not missing, missing
-        if self._find_unused:
-            flags = torch.zeros(len(self._params), dtype=torch.bool)
-            flags[absent] = True
-            idle = _job.all_true(flags)
-            self._idle = {i for i in absent if idle[i]}
-        self._passes = [0] * len(self._params)
-        self._step += 1
-
-    def step(self, closure=None):
-        if closure is not None:
-            raise ValueError('p3.torch: step(closure) is not supported')
-        if self._synced:            # the averages are in .grad already
-            self._synced = False
-            with torch.no_grad():
-                self._opt.step()
-            return
-        if self._skipping:
-            raise RuntimeError('p3.torch: step() under skip_synchronize() '
-                               'needs synchronize() after the backward pass')
-        self._end_backward()
-        self._step_options = [{k: v for k, v in g.items() if k != 'params'}
-                              for g in self.param_groups]
-        self._unapplied = set(range(len(self._params)))
-        if self._schedule == 'fifo':
-            self._apply(sorted(self._unapplied), wait=True)
-        else:
-            ready = [i for i in self._ex.done_now() if i in self._unapplied]
-            if ready:
-                self._apply(ready, wait=False)
-
-    def synchronize(self):
-        """Finish the exchange in flight, then copy rank 0's buffers to
-        every rank (unless broadcast_buffers=False).  Between backward and
-        step(): wait for this step's averages and put them in each
-        parameter's .grad, for step() to apply as they are then (clip
-        them first, under skip_synchronize() as Horovod's users do).
-        After step(): wait until every parameter holds that step's
-        update."""
-        if any(self._passes):     # between backward and step()
-            self._end_backward()
-            every = range(len(self._params))
-            self._ex.wait(every, self._deadline())
-            for i, p in enumerate(self._params):
-                if i in self._idle:
-                    continue
-                if p.grad is None:
-                    p.grad = self._average(i).clone()
-                else:
-                    p.grad.copy_(self._ex.avg[i].view_as(p))
-            self._ex.recycle(every, self._step - 1)
-            self._synced = True
-        else:
-            self._apply_pending()
-        _job.broadcast(self._buffers, 0)
-
-    @contextlib.contextmanager
-    def skip_synchronize(self):
-        """step() inside applies the gradients synchronize() averaged, as
-        they are (Horovod's name)."""
-        self._skipping = True
-        try:
-            yield
-        finally:
-            self._skipping = False
 
     def zero_grad(self, set_to_none=True):
         self._opt.zero_grad(set_to_none=set_to_none)

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""The exchange's reducer thread: woken by the channels' descriptors, it
-files what arrives, sums each owned message once every rank's part is
-in (in rank order), sends the averages back, and marks what is done for
-the main thread's waits (_exchange.py holds the state it shares).
+"""The exchange's threads.  The reducer, woken by the channels'
+descriptors, files what arrives, sums each owned message once every
+rank's part is in (in rank order), sends the averages back, and marks
+what is done for the main thread's waits (_exchange.py holds the state
+they share).  With bounded loss, the pusher sends the pushes the
+backward pass queued.
 
 A peer whose channel fails (it closed, died, or its connection broke) is
 lost, not the exchange: a rank that is done closes while the others may
@@ -12,6 +14,7 @@ counts.
 """
 import os
 import selectors
+import threading
 import time
 
 import numpy as np
@@ -23,8 +26,23 @@ from ._errors import PeerError
 
 
 class Reducer:
-    """Exchange's reducer-thread methods (a mixin: the state is
+    """Exchange's threads and their methods (a mixin: the state is
     Exchange's)."""
+
+    def _start_threads(self):
+        """The reducer, and with bounded loss the pusher (it sends the
+        pushes the backward pass queued, most urgent first)."""
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._closing = False
+        self._thread = threading.Thread(target=self._reducer, daemon=True,
+                                        name='p3.torch reducer')
+        self._thread.start()
+        self._pusher = None
+        if self.lossy:
+            self._pusher = threading.Thread(target=self._run_pusher,
+                                            daemon=True,
+                                            name='p3.torch pusher')
+            self._pusher.start()
 
     def _reducer(self):
         sel = selectors.DefaultSelector()
@@ -238,3 +256,30 @@ class Reducer:
                     if self._zeroed % len(self.grad) == 0:
                         self.done_at.append(time.monotonic())
             self.cv.notify_all()
+
+    # -------------------------------------------------- the pusher thread
+
+    def _run_pusher(self):
+        try:
+            self.lossy.run_pusher()
+        except p3.ClosedError:
+            pass                    # close() ended us
+        except p3.Error as e:
+            self._fail(PeerError('p3.torch: rank %d cannot push: %s'
+                                 % (self.rank, e)))
+        except Exception as e:      # pragma: no cover - a bug, surfaced
+            self._fail(e)
+
+    def finish_pushes(self):
+        """Send what is queued for the pusher, then stop it."""
+        if self._pusher:
+            self.lossy.close()
+            self._pusher.join(self.timeout)
+
+    def close(self):
+        self.finish_pushes()
+        self._closing = True
+        os.write(self._wake_w, b'x')
+        self._thread.join(self.timeout)
+        os.close(self._wake_r)
+        os.close(self._wake_w)

@@ -9,6 +9,7 @@ import warnings
 
 import p3
 from ._dlcp import check_args as check_dlcp
+from ._slimdp import check_args as check_slimdp
 from ._mesh import STRIDE, dgram_level
 
 
@@ -178,3 +179,24 @@ def bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
                          'level\'s datagrams take the level after it)')
     return check_dlcp(loss_tolerance, 0.005 if deadline is None else deadline,
                        0.01 if reliable_fraction is None else reliable_fraction)
+
+
+def check_args(schedule, sparsify, keep, explore, order, passes):
+    """DistributedOptimizer's arguments that need no job, checked (a
+    ValueError names the first one wrong); returns Slim-DP's keep and
+    explore with their defaults."""
+    if sparsify not in (None, 'slimdp'):
+        raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
+                         "not %r" % (sparsify,))
+    if sparsify is None and (keep is not None or explore is not None):
+        raise ValueError("p3.torch: keep and explore need sparsify='slimdp'")
+    if order is not None and (schedule != 'p3' or order not in p3.ORDERS):
+        raise ValueError("p3.torch: order needs schedule='p3' and is one "
+                         "of %s, not %r" % (', '.join(p3.ORDERS), order))
+    if not isinstance(passes, int) or passes < 1:
+        raise ValueError('p3.torch: backward_passes_per_step must be an '
+                         'integer >= 1, not %r' % (passes,))
+    if sparsify:
+        return check_slimdp(0.1 if keep is None else keep,
+                            0.02 if explore is None else explore)
+    return keep, explore
