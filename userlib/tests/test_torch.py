@@ -317,6 +317,7 @@ def main():
     surface()
     forward_order_levels()
     tail_first_layout()
+    message_units()
     ranks_agree_on_plan()
     levels_above_untagged()
     accuracy()
@@ -387,6 +388,45 @@ def tail_first_layout():
     refuses([(dict(order='tail'), 'order'),
              (dict(schedule='fifo', order='forward'), 'order')],
             'order')
+
+
+def message_units():
+    """A dense exchange sends a message as one unit: a run of its slices
+    adjacent in the flat buffer and of one dtype.  A float64 tensor
+    between float32 ones starts a unit of its own, 8-byte aligned; with
+    a per-slice wire form (Slim-DP, bounded loss) every slice is one."""
+    import numpy as np
+    from p3.torch._layout import Layout, Units
+    f4, f8 = np.dtype(np.float32), np.dtype(np.float64)
+    dtypes = [f4, f4, f4, f8, f4, f4]
+    elems = [300000, 7, 5, 3, 11, 200000]
+    sizes = [n * d.itemsize for n, d in zip(elems, dtypes)]
+    # One level: the four small tensors merge into one message.
+    lay = Layout(sizes, 2, 'p3', 1, SLICE, 4, order='forward')
+    un = Units(lay, dtypes, whole_messages=True)
+    spans = sorted((u.start, u.end) for u in un.units)
+    covered = sum(u.end - u.start for u in un.units)
+    ok(covered == sum(sizes)
+       and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+       and all(un.tensor_off[t] % d.itemsize == 0
+               for t, d in enumerate(dtypes))
+       and un.nbytes >= sum(sizes),
+       'units: every byte of the model in exactly one unit, each tensor '
+       'aligned to its element size (%d units over %d bytes)'
+       % (un.n, un.nbytes))
+    one_msg = all(len({lay.slices[s].msg for s in u.slices}) == 1
+                  and len({dtypes[lay.slices[s].tensor] for s in u.slices}) == 1
+                  for u in un.units)
+    merged = [u for u in un.units if len(u.slices) > 1]
+    ok(one_msg and merged and un.n < lay.ns
+       and any(u.dtype == f8 and len(u.slices) == 1 for u in un.units),
+       'units: %d slices travel as %d units, each of one message and one '
+       'dtype; the float64 tensor alone' % (lay.ns, un.n))
+    per_slice = Units(lay, dtypes, whole_messages=False)
+    ok(per_slice.n == lay.ns and all(u.slices == [s] for s, u in
+                                     enumerate(per_slice.units)),
+       'units: with a per-slice wire form, every slice is a unit (%d)'
+       % per_slice.n)
 
 
 def plan_worker(kws, out):
