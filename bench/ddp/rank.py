@@ -64,6 +64,33 @@ def thread_cpu():
     return out
 
 
+def start_yappi():
+    """--yappi: yappi profiling every thread's CPU (python3-yappi)."""
+    try:
+        import yappi
+    except ImportError:
+        sys.exit('bench/ddp: --yappi needs python3-yappi (apt install '
+                 'python3-yappi)')
+    yappi.set_clock_type('cpu')
+    yappi.start()
+    return yappi
+
+
+def write_yappi(yappi, path, mode):
+    """The timed steps' functions, by thread, by their own CPU time:
+    calls into C (libp3's, numpy's) count in their Python caller's."""
+    yappi.stop()
+    with open(path, 'a') as f:
+        for th in yappi.get_thread_stats():
+            st = yappi.get_func_stats(filter={'ctx_id': th.id})
+            st.sort('tsub')
+            f.write('==== %s, thread %s %d\n' % (mode, th.name, th.id))
+            st.print_all(out=f, columns={0: ('name', 60), 1: ('ncall', 8),
+                                         2: ('tsub', 8), 3: ('ttot', 8),
+                                         4: ('tavg', 8)})
+    yappi.clear_stats()
+
+
 def thread_count():
     return len(os.listdir('/proc/self/task'))
 
@@ -106,6 +133,8 @@ def train(mode, a, xs, ys, rank, rec):
     for i in range(n):
         if i == a.warmup:
             before = thread_cpu()
+            if a.yappi and rank == 0:
+                yappi = start_yappi()
             if a.sample:
                 sys.path.insert(0, os.path.join(HERE, '..', 'torch'))
                 from sampler import Sampler
@@ -127,6 +156,8 @@ def train(mode, a, xs, ys, rank, rec):
             cpu.append(time.process_time() - c0)
             threads.append(thread_count())
     after = thread_cpu()
+    if a.yappi and rank == 0:
+        write_yappi(yappi, a.yappi, mode)
     profile = sampler.close() if sampler else None
     if hasattr(opt, 'synchronize'):
         opt.synchronize()
@@ -173,6 +204,9 @@ def main():
                     help="p3.torch.init()'s timeout, seconds")
     ap.add_argument('--sample', action='store_true',
                     help='profile the Python threads (bench/torch/sampler.py)')
+    ap.add_argument('--yappi', default=None, metavar='FILE',
+                    help="rank 0 appends yappi's CPU profile of the timed "
+                    'steps, by thread, to FILE')
     ap.add_argument('--each', default=None,
                     help='every rank writes DIR/rankN.json, rank 0 '
                     'DIR/params-MODE.pt')

@@ -93,6 +93,7 @@ def run_ranks(mode, model, args, out, tag, port):
              '--batch', str(args.batch), '--steps', str(args.steps),
              '--warmup', str(args.warmup), '--out', out, '--tag', tag]
             + (['--sample'] if args.sample else [])
+            + (['--yappi', args.yappi] if args.yappi else [])
             + (['--slice', str(args.slice)] if args.slice else []),
             env=env))
     rcs = [p.wait(timeout=1800) for p in procs]
@@ -131,6 +132,9 @@ def main():
     ap.add_argument('--upload', action='store_true')
     ap.add_argument('--slice', type=int, default=0,
                     help="p3.torch's slice_bytes (default: p3.DEFAULT_SLICE)")
+    ap.add_argument('--yappi', default=None, metavar='FILE',
+                    help="rank 0's CPU profile by thread and function "
+                    '(rank.py --yappi; python3-yappi)')
     ap.add_argument('--sample', action='store_true',
                     help='profile each rank\'s Python threads (rank.py)')
     ap.add_argument('--out', default=os.path.join(TOP, 'build', 'bench-ddp',

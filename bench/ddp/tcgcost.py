@@ -13,6 +13,8 @@ float32), the way one p3.torch step touches them on a rank of two:
   crc32c     libp3's checksum of every frame (sender and receiver)
   python     a loop of 1,000,000 interpreted additions (the control for
              Python itself)
+--bytes N runs each over N bytes instead: 200000, a unit of a
+200 kB-slice plan, is what one call of the exchange handles.
 Prints one line of seconds per operation (the best of --reps).
 """
 import argparse
@@ -43,9 +45,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--bytes', type=int, default=NBYTES)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    n = NBYTES // 4
+    n = a.bytes // 4
     x = np.random.default_rng(1).random(n, dtype=np.float32)
     y = np.random.default_rng(2).random(n, dtype=np.float32)
     out = np.empty_like(x)
@@ -70,7 +73,7 @@ def main():
         'crc32c': best(lambda: crc(0, x.ctypes.data, x.nbytes), a.reps),
         'python': best(loop, a.reps),
     }
-    print(json.dumps({k: round(v, 4) for k, v in res.items()}))
+    print(json.dumps({k: float('%.3g' % v) for k, v in res.items()}))
 
 
 if __name__ == '__main__':
