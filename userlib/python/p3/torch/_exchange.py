@@ -68,7 +68,8 @@ class Exchange(Reducer):
         # Sparse only: each slice's outgoing wire form (pushed by the main
         # thread if another rank owns it, returned by the reducer if this
         # one does: never both) and, for others' slices, the reply.
-        wire = [sparse.wire_bytes(s) for s in range(layout.ns)] if sparse else []
+        wire = ([sparse.wire_bytes(s) for s in range(layout.ns)]
+                if sparse else [])
         self._out = [np.empty(n, np.uint8) for n in wire]
         self._reply = {s: np.empty(n, np.uint8) for s, n in enumerate(wire)
                        if layout.owner[layout.slices[s].msg] != rank}
@@ -106,10 +107,6 @@ class Exchange(Reducer):
                           for m in self.owned}
         self.tensor_left = [len(sl) for sl in lay.tensor_slices]
 
-    def _slice_view(self, buf, s):
-        sl = self.lay.slices[s]
-        return buf[sl.offset:sl.offset + sl.length]
-
     def _expect_pushes(self, m, it):
         if m not in self.owned:
             return
@@ -127,7 +124,7 @@ class Exchange(Reducer):
         if owner == self.rank:
             return
         buf = (self._reply[u] if self.sparse
-               else self._aflat[unit.start:unit.end])
+               else self._aflat[self.units.span(u)])
         self.mesh.rx[owner].expect(self.units.n + u, buf, it)
         if self.lossy:
             self.lossy.expect_asks(u, it)
@@ -165,7 +162,7 @@ class Exchange(Reducer):
                     self._out[u])
             else:
                 flat = self._aflat if pull else self._gflat
-                data = flat[unit.start:unit.end]
+                data = flat[un.span(u)]
             slices.append(p3.Slice(wire, 0, data.nbytes, unit.level, m,
                                    unit.prio))
             arrays[wire] = data

@@ -140,3 +140,7 @@ class Units:
             self.tensors.append(ts)
             for t in ts:
                 self.of_tensor[t].append(u)
+
+    def span(self, u):
+        """Unit u's bytes in a flat buffer: buf[units.span(u)]."""
+        return slice(self.units[u].start, self.units[u].end)

@@ -170,12 +170,11 @@ class Reducer:
         else:
             u = c.tensor - nu
             if self.sparse:             # a unit is a slice
-                t = self.lay.slices[u].tensor
+                unit = self.units.units[u]
                 vals = self._decode(u, self._reply[u],
-                                    self.lay.owner[self.units.units[u].msg])
-                self.sparse.scatter(u, vals,
-                                    self._slice_view(self._abytes[t], u)
-                                    .view(self.units.units[u].dtype))
+                                    self.lay.owner[unit.msg])
+                self.sparse.scatter(u, vals, self._aflat[self.units.span(u)]
+                                    .view(unit.dtype))
             self._slices_done(self.units.units[u].slices)
 
     def _reduce_if_complete(self, m, it):
@@ -196,7 +195,7 @@ class Reducer:
         that arrival order never changes a bit."""
         unit = self.units.units[u]
         dt = unit.dtype
-        out = self._aflat[unit.start:unit.end].view(dt)
+        out = self._aflat[self.units.span(u)].view(dt)
         acc = np.empty(self.sparse.count[u], dt) if self.sparse else out
         first = None
         for r in range(self.world):
@@ -209,7 +208,7 @@ class Reducer:
                 part = self.lossy.part(r, u, self.recv[(r, u)],
                                        self._decode_reliable(r))
             else:
-                part = (self._gflat[unit.start:unit.end] if r == self.rank
+                part = (self._gflat[self.units.span(u)] if r == self.rank
                         else self.recv[(r, u)]).view(dt)
             # Rank 0's part is held until rank 1's comes, so that the
             # first sum reads both where they are (no copy to acc first).
