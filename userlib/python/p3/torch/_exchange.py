@@ -53,6 +53,7 @@ class Exchange(Reducer):
         self._gflat, self.grad, self._gbytes = flat(un, params, dtypes)
         self._aflat, self.avg, self._abytes = flat(un, params, dtypes)
         self._gshaped = [g.view(p.shape) for g, p in zip(self.grad, params)]
+        self.avg_shaped = [a.view(p.shape) for a, p in zip(self.avg, params)]
         self.owned = set(layout.owned(rank))
         # A push as it arrives: dense, sparse, or a bounded-loss push's
         # reliable part (its datagrams land in lossy's buffers); with
@@ -182,9 +183,12 @@ class Exchange(Reducer):
             self.sparse.feedback(i, self.grad[i].numpy())
         pushes, local = [], False
         with self.cv:
-            self._raise()
-            self._raise_lost(self.lay.owner[m]
-                             for m in self.lay.tensor_msgs[i])
+            # Checked inline: a backward hook runs once per tensor.
+            if self.error is not None:
+                raise self.error
+            if self.lost:
+                self._raise_lost(self.lay.owner[m]
+                                 for m in self.lay.tensor_msgs[i])
             self.seen[i] = True
             for m in self.lay.tensor_msgs[i]:
                 self.local_left[m] -= 1

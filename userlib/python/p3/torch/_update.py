@@ -91,9 +91,11 @@ class Updates:
         return time.monotonic() + self._timeout
 
     def _average(self, i):
-        """Parameter i's averaged gradient, in the parameter's dtype."""
-        p = self._params[i]
-        return self._ex.avg[i].view_as(p).to(p.dtype)
+        """Parameter i's averaged gradient, in the parameter's dtype (a
+        view of the averages, unless it travelled in another dtype)."""
+        avg = self._ex.avg_shaped[i]
+        dtype = self._params[i].dtype
+        return avg if avg.dtype == dtype else avg.to(dtype)
 
     def _apply(self, indices, wait):
         """Update parameters indices with their averaged gradients, through
@@ -210,7 +212,7 @@ class Updates:
                 if p.grad is None:
                     p.grad = self._average(i).clone()
                 else:
-                    p.grad.copy_(self._ex.avg[i].view_as(p))
+                    p.grad.copy_(self._ex.avg_shaped[i])
             self._ex.recycle(every, self._step - 1)
             self._synced = True
         else:
