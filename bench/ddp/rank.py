@@ -12,6 +12,7 @@ other in the same processes, from the same weights, on the same data and
 dropout draws, one line each; p3.torch's init() then joins the job once
 and DDP runs on the Gloo group it starts.  --each DIR: every rank also
 writes DIR/rankN.json (per mode: its thread count at each timed step,
+the most sockets it held open at one, p3.torch's levels,
 start-up seconds, digest, or the error it raised and when) and rank 0
 DIR/params-MODE.pt (its final parameters, flat).  --die-at STEP makes
 rank --die-rank leave in the middle of that step (os._exit, after the
@@ -95,6 +96,17 @@ def thread_count():
     return len(os.listdir('/proc/self/task'))
 
 
+def socket_count():
+    """The sockets this process holds open (Gloo's, libp3's, the store's)."""
+    n = 0
+    for fd in os.listdir('/proc/self/fd'):
+        try:
+            n += os.readlink('/proc/self/fd/' + fd).startswith('socket:')
+        except OSError:
+            pass            # closed meanwhile (the listing's own fd)
+    return n
+
+
 def digest(model):
     h = hashlib.sha256()
     for p in model.parameters():
@@ -128,7 +140,7 @@ def train(mode, a, xs, ys, rank, rec):
         opt = p3t.DistributedOptimizer(opt, model, schedule=mode,
                                        slice_bytes=a.slice)
     n = a.warmup + a.steps
-    steps, cpu, threads = [], [], []
+    steps, cpu, threads, sockets = [], [], [], []
     sampler = None
     for i in range(n):
         if i == a.warmup:
@@ -155,13 +167,15 @@ def train(mode, a, xs, ys, rank, rec):
             steps.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
             threads.append(thread_count())
+            sockets.append(socket_count())
     after = thread_cpu()
     if a.yappi and rank == 0:
         write_yappi(yappi, a.yappi, mode)
     profile = sampler.close() if sampler else None
     if hasattr(opt, 'synchronize'):
         opt.synchronize()
-    rec.update(threads=threads, step_s=steps, digest=digest(model))
+    rec.update(threads=threads, sockets=max(sockets), step_s=steps,
+               digest=digest(model), levels=getattr(opt, 'levels', 0))
     if a.each and rank == 0:
         torch.save(torch.cat([p.detach().reshape(-1)
                               for p in model.parameters()]),

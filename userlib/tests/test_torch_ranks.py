@@ -11,8 +11,13 @@ at 32x32, batch 2 a rank, bench/ddp/rank.py's worker and model.
   max abs difference / max abs value) of DDP, and the training moved
   the weights; each rank's thread count at every timed step is at most
   its own count under DDP plus four (with libp3's thread per channel it
-  was 35 against DDP's 5); start-up, from init() to the first step, is
-  at most STARTUP_BOUND_S;
+  was 35 against DDP's 5); each rank holds exactly 2 (N - 1) L + 1
+  sockets more than under DDP (a socket per level to and from each peer,
+  and the listener); start-up, from init() to the first step, is at
+  most STARTUP_BOUND_S;
+- p3.torch raises the soft limit of open files to fit what 64 ranks at
+  8 levels need (1,009 sockets, past the usual 1,024 with Gloo's), and
+  refuses, before any connection, under a hard limit too low;
 - 16 ranks started by hand (torchrun would stop the survivors itself
   within its 5 s monitor interval, before p3.torch has its say): rank
   DIE_RANK leaves (os._exit) in the middle of step DIE_AT; every one of
@@ -46,6 +51,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(TOP, 'bench', 'ddp'))
 import test_torch as tt                     # noqa: E402
 from test_torch import free_port, ok        # noqa: E402
+from p3.torch._mesh import sockets_needed   # noqa: E402
 
 RANKS = 16
 MODEL = 'squeezenet1_1'
@@ -176,6 +182,20 @@ def check_training():
            '(%d-%d) at most its own under DDP (%d-%d) + %d%s'
            % (m, min(mine), max(mine), min(ddp), max(ddp), THREAD_MARGIN,
               '; over on ranks %s' % over if over else ''))
+    # A rank holds 2 (N - 1) L + 1 sockets more than under DDP: the mesh's
+    # bound (_mesh.sockets_needed), exactly.
+    ddp = [x.get('sockets') for x in modes_of(res, 'ddp')]
+    for m in SCHEDULES:
+        extra = {x.get('sockets') - d if x.get('sockets') and d else None
+                 for x, d in zip(modes_of(res, m), ddp)}
+        levels = {x.get('levels') for x in modes_of(res, m)}
+        want = {sockets_needed(RANKS, lv, False) for lv in levels
+                if isinstance(lv, int)}
+        ok(len(want) == 1 and extra == want,
+           '16 ranks: %s: a rank holds 2 x %d peers x %s levels + 1 (the '
+           'listener) = %s sockets more than under DDP (seen: %s)'
+           % (m, RANKS - 1, sorted(map(str, levels)), sorted(want),
+              sorted(map(str, extra))))
     # init() once, then the first p3.torch mode's broadcast and optimizer:
     # what a script that only runs p3.torch waits for.
     first = modes_of(res, SCHEDULES[0])
@@ -193,6 +213,9 @@ def check_training():
               % (STEPS, WARMUP, d, rows['fifo']['mean_s'],
                  rows['fifo']['mean_s'] / d, rows['p3']['mean_s'],
                  rows['p3']['mean_s'] / d))
+    print('# 16 ranks: sockets a rank at its steps: DDP %s, fifo %s, p3 %s'
+          % tuple(sorted({x.get('sockets') for x in modes_of(res, m)})
+                  for m in MODES))
     print('# 16 ranks: threads a rank at its steps: DDP %s, fifo %s, p3 %s'
           % tuple(sorted({max(x.get('threads') or [0])
                           for x in modes_of(res, m)}) for m in MODES))
@@ -390,8 +413,44 @@ def check_leaving():
               (res[r] or {}).get('message', '')[:90]) for r in (1, 2)]))
 
 
+# In a child, under a soft limit of 256 open files: make_room(1,009), what
+# 64 ranks at 8 levels need, raises the soft limit to fit (as 16 ranks'
+# 241 would not need); under a hard limit of 256 it refuses, naming the
+# count, and the limit is left as it was.
+FD_ROOM = '''
+import resource, sys
+from p3.torch._mesh import make_room
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+make_room(1009)
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+try:
+    make_room(1009)
+    print('accepted')
+except ValueError as e:
+    print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], e)
+'''
+
+
+def check_fd_room():
+    p = subprocess.run([sys.executable, '-c', FD_ROOM], capture_output=True,
+                       text=True, timeout=60)
+    lines = p.stdout.splitlines()
+    raised = int(lines[0]) if lines and lines[0].isdigit() else 0
+    ok(p.returncode == 0 and raised >= 1009 + 64,
+       '64 ranks x 8 levels: make_room(1009) raises a soft limit of 256 '
+       'open files to %d (at least the sockets, the files open and 64 '
+       'spare)' % raised)
+    refused = lines[1] if len(lines) > 1 else p.stderr[-200:]
+    ok(refused.startswith('256 ') and '1009 sockets' in refused,
+       '64 ranks x 8 levels under a hard limit of 256: refused before any '
+       'connection, the limit unchanged: %s' % refused[:160])
+
+
 def main():
     t0 = time.monotonic()
+    check_fd_room()
     check_leaving()
     check_training()
     check_failure()

@@ -12,7 +12,9 @@ level 2 l (the channels' level_stride), its datagrams at 2 l + 1
 its reliable packets and before any later layer's.  With the datagrams on
 levels L..2 L - 1 instead, the first layers' datagrams waited behind every
 later layer's reliable traffic, and the next forward pass behind them."""
+import os
 import random
+import resource
 import socket
 
 import p3
@@ -42,6 +44,38 @@ DGRAM_SEND_BUF = 32 << 10
 def dgram_level(level):
     """The tag level of reliable level level's datagrams."""
     return STRIDE * level + 1
+
+
+# Descriptors left free beside the mesh's, for the rest of the program
+# (checkpoints, data loaders, Gloo's own connections).
+SPARE_FDS = 64
+
+
+def sockets_needed(world, levels, dgram):
+    """The sockets a rank's mesh holds: a channel of one socket per level
+    to and from each peer, 2 (N - 1) L, and the listener; with datagrams
+    also a sender socket per level to each peer (opened on first use) and
+    one receiver."""
+    n = 2 * (world - 1) * levels + 1
+    return n + (world - 1) * levels + 1 if dgram else n
+
+
+def make_room(needed):
+    """Raise this process's soft limit of open files (as `ulimit -n`
+    would, up to the hard limit) so that needed more descriptors fit:
+    64 ranks at 8 levels need 1,009, past the usual soft limit of 1,024
+    with Gloo's.  ValueError, before any connection, if the hard limit is
+    too low."""
+    want = len(os.listdir('/proc/self/fd')) + needed + SPARE_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            raise ValueError(
+                'p3.torch: this rank needs %d sockets for its peers (2 x '
+                'peers x levels) and may open %d files in all (hard limit): '
+                'raise it (ulimit -Hn %d, LimitNOFILE=) or pass fewer bands'
+                % (needed, hard, want))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def local_address(master_addr):

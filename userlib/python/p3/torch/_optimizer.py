@@ -16,7 +16,7 @@ from . import _job
 from ._exchange import Exchange
 from ._flat import np_dtypes
 from ._layout import ORDER, Layout
-from ._mesh import Mesh, dgram_level
+from ._mesh import Mesh, dgram_level, make_room, sockets_needed
 from ._order import forward_ranks
 from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
                      auto_slice, bounded_loss_args, check_args, free_levels,
@@ -177,6 +177,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
                      chunk=p3.dgram.DEFAULT_CHUNK,
                      buf_bytes=max(4 << 20, 2 * model_bytes),
                      early_bytes=2 * model_bytes + (8 << 20)) if lossy else None
+        make_room(sockets_needed(st['size'], nbands, dgram))
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % seq, st['rank'],
                           st['size'], st['host'], nbands, self._timeout,
                           max_queued or 2 * model_bytes + (64 << 20), dgram)
