@@ -129,11 +129,11 @@ if [ $same_as_debug -eq 0 ]; then
 		run "$(est 100 200)" userlib/tests/vm_integration.sh
 	fi
 fi
-# p3 beneath every kind of parent (the debug kernel: tbf and htb, and
+# p3 beneath every kind of parent (the debug kernel: tbf, htb and drr, and
 # those that peek: hfsc and qfq act on a peek in a later call).
 if [ "$kernel" = debug ]; then
 	for t in "${debug_parents[@]}"; do parents+=(-t "$t"); done
-	parents+=(--rate 10mbit)
+	parents+=(--rate 10mbit --deadline 1ms)
 fi
 run "$(est 150 300)" /usr/bin/python3 selftests/p3_parents.py "${parents[@]}" --prefix "$kernel: "
 # A real PyTorch job over the qdisc (--userspace: a stock kernel; too
