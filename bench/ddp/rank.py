@@ -141,9 +141,12 @@ def train(mode, a, xs, ys, rank, rec):
                                        slice_bytes=a.slice)
     n = a.warmup + a.steps
     steps, cpu, threads, sockets = [], [], [], []
-    sampler = None
+    sampler = trace = None
     for i in range(n):
         if i == a.warmup:
+            if a.link_trace and rank == 0:
+                from linktrace import LinkTrace
+                trace = LinkTrace(a.link_dev)
             before = thread_cpu()
             if a.yappi and rank == 0:
                 yappi = start_yappi()
@@ -156,19 +159,26 @@ def train(mode, a, xs, ys, rank, rec):
             rec['setup_s'] = t0 - t_setup
         opt.zero_grad()
         loss = F.cross_entropy(net(xs[i]), ys[i])
+        t_fwd = time.monotonic()
         if i == a.die_at and rank == a.die_rank:
             # Gone mid-step, without a goodbye.
             rec['t_death'] = time.time()
             rec['died_at'] = i
             return None
         loss.backward()
+        t_bwd = time.monotonic()
         opt.step()
+        if trace:
+            trace.mark(t0, t_fwd, t_bwd, time.monotonic())
         if i >= a.warmup:
             steps.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
             threads.append(thread_count())
             sockets.append(socket_count())
     after = thread_cpu()
+    if trace:
+        trace.save(a.link_trace, model=a.model, mode=mode, batch=a.batch,
+                   tag=a.tag)
     if a.yappi and rank == 0:
         write_yappi(yappi, a.yappi, mode)
     profile = sampler.close() if sampler else None
@@ -221,6 +231,12 @@ def main():
     ap.add_argument('--yappi', default=None, metavar='FILE',
                     help="rank 0 appends yappi's CPU profile of the timed "
                     'steps, by thread, to FILE')
+    ap.add_argument('--link-trace', default=None, metavar='FILE',
+                    help="rank 0 appends the link's bytes every ms over "
+                    'the timed steps, and their phases, to FILE '
+                    '(linktrace.py; plotted by linkplot.py)')
+    ap.add_argument('--link-dev', default='eth0',
+                    help='the device --link-trace samples (eth0)')
     ap.add_argument('--each', default=None,
                     help='every rank writes DIR/rankN.json, rank 0 '
                     'DIR/params-MODE.pt')

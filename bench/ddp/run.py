@@ -94,6 +94,8 @@ def run_ranks(mode, model, args, out, tag, port):
              '--warmup', str(args.warmup), '--out', out, '--tag', tag]
             + (['--sample'] if args.sample else [])
             + (['--yappi', args.yappi] if args.yappi else [])
+            + (['--link-trace', os.path.abspath(args.link_trace)]
+               if args.link_trace else [])
             + (['--slice', str(args.slice)] if args.slice else []),
             env=env))
     rcs = [p.wait(timeout=1800) for p in procs]
@@ -137,6 +139,9 @@ def main():
                     '(rank.py --yappi; python3-yappi)')
     ap.add_argument('--sample', action='store_true',
                     help='profile each rank\'s Python threads (rank.py)')
+    ap.add_argument('--link-trace', default=None, metavar='FILE',
+                    help="host 0's link over every timed step (rank.py "
+                    '--link-trace; plot: linkplot.py FILE)')
     ap.add_argument('--out', default=os.path.join(TOP, 'build', 'bench-ddp',
                                                   'results.jsonl'))
     ap.add_argument('--append', action='store_true',
@@ -145,7 +150,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     if not args.append:
-        open(args.out, 'w').close()
+        for path in filter(None, (args.out, args.link_trace)):
+            open(path, 'w').close()
     where = 'vm' if args.qdisc == 'p3' else 'host'
     topology()
     load = upload(args.upload)

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What the link does over a training step: a thread samples this network
+namespace's byte counters of one device (/proc/self/net/dev, read every
+PERIOD_S) while the training loop marks each step's phases; save()
+appends one JSON line per mode to a file for linkplot.py.
+
+The marks of a step are its start, the end of its forward pass, the end
+of its backward pass and the end of step() (p3.torch applies a layer's
+averages in the next forward, so the pulls overlap that forward)."""
+import json
+import threading
+import time
+
+# 1 ms: a step of the benchmark's models takes 30-400 ms; a sample costs
+# the rank about 20 us of CPU.
+PERIOD_S = 0.001
+
+
+def read_bytes(dev):
+    """(received, sent) bytes of dev in this namespace."""
+    with open('/proc/self/net/dev') as f:
+        for line in f:
+            name, sep, rest = line.partition(':')
+            if sep and name.strip() == dev:
+                cols = rest.split()
+                return int(cols[0]), int(cols[8])
+    raise ValueError('linktrace: no device %r in this namespace' % dev)
+
+
+class LinkTrace:
+    def __init__(self, dev):
+        self.dev = dev
+        read_bytes(dev)             # a missing device fails here, not later
+        self.samples, self.marks = [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                         name='linktrace')
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(PERIOD_S):
+            rx, tx = read_bytes(self.dev)
+            self.samples.append((time.monotonic(), rx, tx))
+
+    def mark(self, *times):
+        """One step's phase times (time.monotonic())."""
+        self.marks.append(times)
+
+    def save(self, path, **about):
+        self._stop.set()
+        self._thread.join()
+        with open(path, 'a') as f:
+            f.write(json.dumps(dict(about, dev=self.dev, period_s=PERIOD_S,
+                                    samples=self.samples,
+                                    marks=self.marks)) + '\n')
