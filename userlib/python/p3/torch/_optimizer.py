@@ -199,8 +199,13 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
             warn_if_no_qdisc(found, [dgram_level(v) for v in range(nbands)]
                              if lossy else None)
 
-    def zero_grad(self, set_to_none=True):
-        self._opt.zero_grad(set_to_none=set_to_none)
+    def zero_grad(self, set_to_none=None):
+        """The wrapped optimizer's zero_grad, with its default (torch 1.13
+        zeroes in place, as DDP's users expect; 2.0 sets None)."""
+        if set_to_none is None:
+            self._opt.zero_grad()
+        else:
+            self._opt.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group):
         raise ValueError('p3.torch: add every parameter group before '

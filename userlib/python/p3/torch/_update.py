@@ -105,6 +105,11 @@ class Updates:
         if wait:
             self._ex.wait(indices, self._deadline())
         shown = [[] for _ in self.param_groups]
+        # Each .grad is put back after the update: the next backward then
+        # accumulates into memory the process holds already, as under DDP
+        # (a fresh gradient each step costs page faults for its size: on
+        # a paravirtualized host, half of a small model's step).
+        kept = [self._params[i].grad for i in indices]
         for i in indices:
             p = self._params[i]
             # One no rank had a gradient for keeps the caller's .grad
@@ -116,8 +121,8 @@ class Updates:
                 shown[self._group_of[i]].append(p)
         with torch.no_grad(), self._as_at_step(shown):
             self._opt.step()
-        for i in indices:
-            self._params[i].grad = None
+        for i, grad in zip(indices, kept):
+            self._params[i].grad = grad
         self._unapplied.difference_update(indices)
         self._ex.recycle(indices, self._step - 1)
 
