@@ -7,6 +7,7 @@ the link was busy sending (a millisecond at half the shaped rate or
 more); --png draws a few steps of each mode, phases shaded.
 
   bench/ddp/linkplot.py FILE [--point 2000] [--png docs/img/ddp-link.png]
+      [--plot-model resnet18] [--steps 3]
 """
 import argparse
 import bisect
@@ -108,7 +109,7 @@ def plot(runs, path, steps=3):
     axes[-1, 0].set_xlabel('ms from the step\'s start (host 0, %d steps)'
                            % steps)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=75)
 
 
 def main():
@@ -118,6 +119,10 @@ def main():
     ap.add_argument('--point', default='2000',
                     help="run.py's link point (2000, balanced, fast)")
     ap.add_argument('--png', default=None)
+    ap.add_argument('--plot-model', default=None,
+                    help='draw this model alone (default: every model)')
+    ap.add_argument('--steps', type=int, default=3,
+                    help='steps drawn of each run (3)')
     a = ap.parse_args()
     runs = load(a.file, a.point)
     if not runs:
@@ -127,7 +132,8 @@ def main():
     runs = [last[k] for k in sorted(last)]
     print(table(runs))
     if a.png:
-        plot(runs, a.png)
+        plot([r for r in runs if a.plot_model in (None, r['model'])], a.png,
+             a.steps)
 
 
 if __name__ == '__main__':
