@@ -174,7 +174,8 @@ def train(mode, a, xs, ys, rank, rec):
             steps.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
             threads.append(thread_count())
-            sockets.append(socket_count())
+            if a.each:      # its readlink()s would count in the CPU a step
+                sockets.append(socket_count())
     after = thread_cpu()
     if trace:
         trace.save(a.link_trace, model=a.model, mode=mode, batch=a.batch,
@@ -184,8 +185,9 @@ def train(mode, a, xs, ys, rank, rec):
     profile = sampler.close() if sampler else None
     if hasattr(opt, 'synchronize'):
         opt.synchronize()
-    rec.update(threads=threads, sockets=max(sockets), step_s=steps,
-               digest=digest(model), levels=getattr(opt, 'levels', 0))
+    rec.update(threads=threads, sockets=max(sockets, default=0),
+               step_s=steps, digest=digest(model),
+               levels=getattr(opt, 'levels', 0))
     if a.each and rank == 0:
         torch.save(torch.cat([p.detach().reshape(-1)
                               for p in model.parameters()]),
