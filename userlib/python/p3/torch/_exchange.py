@@ -183,10 +183,8 @@ class Exchange(Reducer):
             self.sparse.feedback(i, self.grad[i].numpy())
         pushes, local = [], False
         with self.cv:
-            # Checked inline: a backward hook runs once per tensor.
-            if self.error is not None:
-                raise self.error
-            if self.lost:
+            self._raise()
+            if self.lost:           # a backward hook runs once per tensor
                 self._raise_lost(self.lay.owner[m]
                                  for m in self.lay.tensor_msgs[i])
             self.seen[i] = True

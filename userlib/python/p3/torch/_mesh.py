@@ -71,8 +71,9 @@ def make_room(needed):
     if soft != resource.RLIM_INFINITY and soft < want:
         if hard != resource.RLIM_INFINITY and hard < want:
             raise ValueError(
-                'p3.torch: this rank needs %d sockets for its peers (2 x '
-                'peers x levels) and may open %d files in all (hard limit): '
+                'p3.torch: this rank needs %d sockets for its peers (a '
+                'socket per level each way) and may open %d files in all '
+                '(hard limit): '
                 'raise it (ulimit -Hn %d, LimitNOFILE=) or pass fewer bands'
                 % (needed, hard, want))
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

@@ -93,9 +93,7 @@ class Updates:
     def _average(self, i):
         """Parameter i's averaged gradient, in the parameter's dtype (a
         view of the averages, unless it travelled in another dtype)."""
-        avg = self._ex.avg_shaped[i]
-        dtype = self._params[i].dtype
-        return avg if avg.dtype == dtype else avg.to(dtype)
+        return self._ex.avg_shaped[i].to(self._params[i].dtype)
 
     def _apply(self, indices, wait):
         """Update parameters indices with their averaged gradients, through
@@ -108,7 +106,7 @@ class Updates:
         # Each .grad is put back after the update: the next backward then
         # accumulates into memory the process holds already, as under DDP
         # (a fresh gradient each step costs page faults for its size: on
-        # a paravirtualized host, half of a small model's step).
+        # a paravirtualized host, a quarter of a small model's step).
         kept = [self._params[i].grad for i in indices]
         for i in indices:
             p = self._params[i]
