@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -148,6 +149,7 @@ def train(mode, a, xs, ys, rank, rec):
                 from linktrace import LinkTrace
                 trace = LinkTrace(a.link_dev)
             before = thread_cpu()
+            faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             if a.yappi and rank == 0:
                 yappi = start_yappi()
             if a.sample:
@@ -177,6 +179,7 @@ def train(mode, a, xs, ys, rank, rec):
             if a.each:      # its readlink()s would count in the CPU a step
                 sockets.append(socket_count())
     after = thread_cpu()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     if trace:
         trace.save(a.link_trace, model=a.model, mode=mode, batch=a.batch,
                    tag=a.tag)
@@ -209,6 +212,9 @@ def train(mode, a, xs, ys, rank, rec):
         'thread_cpu_s': {k: (v - before.get(k, 0)) / a.steps
                          for k, v in after.items()
                          if v - before.get(k, 0) > 0},
+        # Minor page faults a timed step, the whole process: memory the
+        # allocator hands back to the kernel and takes again each step.
+        'faults': faults / a.steps,
         'profile': profile and {k: v[:15] for k, v in profile.items()}}
 
 

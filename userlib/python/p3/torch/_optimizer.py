@@ -16,6 +16,7 @@ from . import _job
 from ._exchange import Exchange
 from ._flat import np_dtypes
 from ._layout import ORDER, Layout
+from ._malloc import keep_step_memory
 from ._mesh import Mesh, dgram_level, make_room, sockets_needed
 from ._order import forward_ranks
 from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
@@ -194,6 +195,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._unapplied = set()     # averaged for the last step, not applied
         self._step_options = []     # param_groups' options at that step()
         self._hooks = self._install_hooks(model, schedule)
+        keep_step_memory()
         st['optimizers'].add(self)
         if schedule == 'p3':        # fifo asks nothing of the kernel
             warn_if_no_qdisc(found, [dgram_level(v) for v in range(nbands)]
