@@ -21,17 +21,27 @@ def load(path):
 
 
 def groups(rows):
-    """{(model, point, upload): {'mbit', 'compute_s', mode: [rows]}}"""
+    """{(model, point, upload, same_malloc): {'mbit', 'compute_s', mode:
+    [rows]}}"""
     out = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r['tag'] == 'compute':
             continue
         tag = json.loads(r['tag'])
-        g = out[r['model'], tag['point'], tag['upload']]
+        same = tag.get('same_malloc', False)
+        g = out[r['model'], tag['point'], tag['upload'], same]
         g['mbit'], g['compute_s'] = tag['mbit'], tag['compute_s']
         g['where'], g['upload'] = tag['where'], tag['upload']
+        g['same_malloc'] = same
         g[r['mode']].append(r)
     return out
+
+
+def extras(g):
+    """What else the runs of group g had: the upload beside them, the
+    allocator's threshold set alike for every mode."""
+    return ((', upload' if g['upload'] else '')
+            + (', same malloc' if g['same_malloc'] else ''))
 
 
 def mean(xs):
@@ -48,7 +58,7 @@ def table(rows):
              + ' | '.join('%s ÷ DDP (rounds)' % m for m in MODES)
              + ' | params = DDP\'s |',
              '|---|---|---:|---:|' + '---:|' * len(MODES) + '---|']
-    for (model, point, _), g in groups(rows).items():
+    for (model, point, _, _), g in groups(rows).items():
         if not g['ddp']:
             continue
         link = ('%.0f Mbit/s' % g['mbit'] if g['mbit'] else 'unshaped veth')
@@ -62,7 +72,7 @@ def table(rows):
         equal = all(r['digest'] == g['ddp'][0]['digest']
                     for m in ('ddp',) + MODES for r in g[m])
         lines.append('| %s | %s (%s)%s | %.3f | %.3f | %s | %s |' % (
-            model, link, point, ', upload' if g['upload'] else '',
+            model, link, point, extras(g),
             g['compute_s'], mean([d['mean_s'] for d in g['ddp']]),
             ' | '.join(cells), 'bitwise' if equal else 'no'))
     return '\n'.join(lines)
@@ -73,7 +83,7 @@ def threads(rows):
     line per model, point and mode (the five busiest threads)."""
     lines = ['| model | link | mode | step s | CPU s | CPU by thread (s) |',
              '|---|---|---|---:|---:|---|']
-    for (model, point, upload), g in groups(rows).items():
+    for (model, point, _, _), g in groups(rows).items():
         for m in ('ddp',) + MODES:
             runs = g[m]
             if not runs:
@@ -84,7 +94,7 @@ def threads(rows):
                     by[name] += v / len(runs)
             busiest = sorted(by.items(), key=lambda kv: -kv[1])[:5]
             lines.append('| %s | %s%s | %s | %.3f | %.3f | %s |' % (
-                model, point, ', upload' if upload else '', m, mean([r['mean_s'] for r in runs]),
+                model, point, extras(g), m, mean([r['mean_s'] for r in runs]),
                 mean([mean(r['cpu_s']) for r in runs]),
                 ', '.join('%s %.3f' % kv for kv in busiest)))
     return '\n'.join(lines)
@@ -106,7 +116,7 @@ def plot(rows, png):
     ax.set_xticks(range(len(gs)))
     ax.set_xticklabels(['%s\n%s%s' % (k[0], '%.0f Mbit/s' % g['mbit']
                                       if g['mbit'] else 'unshaped',
-                                      ', upload' if k[2] else '')
+                                      extras(g))
                         for k, g in gs], fontsize=8)
     ax.set_ylabel('speed ÷ DDP\'s')
     ax.legend(fontsize=8)

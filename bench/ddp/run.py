@@ -18,6 +18,9 @@ alone); inside the VM (selftests/vm-run -- bench/ddp/run.py --qdisc p3)
 the kernel's order is measured.  The modes run in rounds, in alternating
 order, so that drift shows as spread rather than as a ratio.  --upload
 adds an untagged iperf3 upload from host 0 for the whole run.
+--same-malloc gives every mode the allocator setting p3.torch makes
+(glibc's mmap threshold raised, p3/torch/_malloc.py), which DDP gets only
+partly, from its bucket rebuild: the ratio is then the exchange's alone.
 
 Writes build/bench-ddp/results.jsonl (one line per run) and prints the
 table of speeds against DDP's (bench/ddp/report.py makes it again, and
@@ -40,6 +43,10 @@ import report  # noqa: E402
 NS = ('p3ddp0', 'p3ddp1')
 ADDR = ('10.78.0.1', '10.78.0.2')
 MODES = ('ddp', 'fifo', 'p3')
+# --same-malloc: the threshold p3.torch raises glibc's to (and the trim
+# threshold that goes with it), fixed from the start for every mode.
+SAME_MALLOC = {'MALLOC_MMAP_THRESHOLD_': str(32 << 20),
+               'MALLOC_TRIM_THRESHOLD_': str(64 << 20)}
 
 
 def sh(*argv, check=True, **kw):
@@ -86,7 +93,8 @@ def run_ranks(mode, model, args, out, tag, port):
                    MASTER_ADDR=ADDR[0], MASTER_PORT=str(port),
                    GLOO_SOCKET_IFNAME='eth0', OMP_NUM_THREADS='1',
                    PYTHONPATH=os.path.join(TOP, 'userlib', 'python'),
-                   P3_LIB=os.path.join(TOP, 'build', 'userlib', 'libp3.so'))
+                   P3_LIB=os.path.join(TOP, 'build', 'userlib', 'libp3.so'),
+                   **(SAME_MALLOC if args.same_malloc else {}))
         procs.append(subprocess.Popen(
             ['ip', 'netns', 'exec', NS[r], '/usr/bin/python3',
              os.path.join(HERE, 'rank.py'), '--mode', mode, '--model', model,
@@ -132,6 +140,10 @@ def main():
     ap.add_argument('--steps', type=int, default=10)
     ap.add_argument('--warmup', type=int, default=2)
     ap.add_argument('--upload', action='store_true')
+    ap.add_argument('--same-malloc', action='store_true',
+                    help="every rank, DDP's too, starts with glibc's mmap "
+                    "threshold where p3.torch raises it, so that the ratio "
+                    "is the exchange's alone (p3/torch/_malloc.py)")
     ap.add_argument('--slice', type=int, default=0,
                     help="p3.torch's slice_bytes (default: p3.DEFAULT_SLICE)")
     ap.add_argument('--yappi', default=None, metavar='FILE',
@@ -177,6 +189,7 @@ def main():
                                           'round': rnd, 'where': where,
                                           'qdisc': args.qdisc if mbit else None,
                                           'upload': args.upload,
+                                          'same_malloc': args.same_malloc,
                                           'slice': args.slice or None,
                                           'compute_s': compute})
                         run_ranks(mode, model, args, args.out, tag, port)
