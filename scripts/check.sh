@@ -73,11 +73,10 @@ stock_guest() {
 	[ "$timeout" -le 3600 ] || timeout=3600
 	echo "# vm-$k: stopped after ${timeout}s at the latest"
 	# The debug kernel, built from 6.1's source, runs this pass's
-	# time-free 6.1 cases (run-vm-tests.sh --beside-debug): its jobs are
-	# always in this run (a failed build fails them), so this does not
-	# wait for the build to be done. It did, and in the rehearsal at
-	# ec8c1b2 the 6.1 guest started before the build ended and ran them
-	# twice: 1,284 s against 894.
+	# time-free 6.1 cases (run-vm-tests.sh --beside-debug). Its jobs are
+	# always in this run (a failed build fails them), so this does not ask
+	# whether the build is done: a 6.1 guest that starts before it ends
+	# would run those cases twice.
 	if [[ $k == 6.1.* ]]; then
 		set -- "$@" --beside-debug
 	fi
@@ -138,12 +137,9 @@ second=$!
 
 # The second lane is on the debug kernel's jobs from its build on (the
 # build, churn, then the debug VM suites), so this one takes the other
-# stock kernel and then the fuzzer, the kernel faults and tdc. In the
-# rehearsal at d37c9b3 the fuzzer ran beside churn and this lane sat idle
-# for its last 340 s: by the jobs' seconds there, moving the fuzzer's
-# 154 s here ends the lanes within a minute of each other, 150 s sooner.
-# Debug VM suites here after the stock guest, the order before that,
-# ended at 4,621 s.
+# stock kernel and then the fuzzer, the kernel faults and tdc, so that
+# the lanes end within a job of each other (docs/reliability.md has the
+# jobs' seconds).
 lane "vm-${kernels[-1]}" "${others[@]}" debug-fuzz-faults-tdc debug-vm debug-churn
 
 wait "$second"

@@ -124,11 +124,8 @@ def block_from_heap():
     """Whether a 16 MiB block malloc()ed and freed by this thread comes
     from the heap (glibc's mmap threshold raised) rather than a mapping
     of its own, which is unmapped when freed."""
-    import ctypes
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
+    from p3.torch._malloc import glibc
+    libc = glibc()
     block = libc.malloc(16 << 20)
     with open('/proc/self/maps') as f:
         heap = [line.split()[0] for line in f if line.rstrip().endswith('[heap]')]
@@ -290,6 +287,7 @@ def rel_err(a, b):
 
 def main():
     ref = single_process()
+    plain = from_heap_in_plain_process()
     jobs = {}
     for schedule in ('fifo', 'p3'):
         res, _ = run_job(schedule)
@@ -310,7 +308,7 @@ def main():
         err = rel_err(res[0]['final'], ref[-1])
         ok(err < 1e-5, '%s: within 1e-5 of one process on the union of the '
            'batches (max relative error %.2g)' % (schedule, err))
-        step_memory_kept(schedule, [r['from_heap'] for r in res])
+        step_memory_kept(schedule, [r['from_heap'] for r in res], plain)
     if all(r and 'final' in r for s in jobs for r in jobs[s]):
         ok(jobs['fifo'][0]['final'] == jobs['p3'][0]['final'],
            'fifo and p3 end with bitwise-identical parameters')
@@ -346,15 +344,20 @@ def main():
     return 1 if failed else 0
 
 
-def step_memory_kept(schedule, from_heap):
+def from_heap_in_plain_process():
+    """block_from_heap() in a process without a DistributedOptimizer and
+    without the environment's malloc settings: 'False' or 'True'."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith('MALLOC_')}
+    return subprocess.run(
+        [sys.executable, __file__, '--from-heap'], env=env, check=True,
+        capture_output=True, text=True).stdout.strip()
+
+
+def step_memory_kept(schedule, from_heap, plain):
     """A step's large temporaries stay in the process under p3.torch: a
     16 MiB block comes from the heap, where a plain process (the control,
     without p3.torch) maps it afresh and unmaps it when freed."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith('MALLOC_')}
-    plain = subprocess.run(
-        [sys.executable, __file__, '--from-heap'], env=env, check=True,
-        capture_output=True, text=True).stdout.strip()
     ok(all(from_heap) and plain == 'False',
        '%s: a 16 MiB block comes from the heap with p3.torch (ranks: %s), '
        'from a mapping of its own in a plain process (%s: the control)'

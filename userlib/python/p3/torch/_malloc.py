@@ -10,7 +10,7 @@ once one is freed (mallopt(3), M_MMAP_THRESHOLD; at most 32 MiB on a
 frees its first buckets when it rebuilds them after the first step, so
 its users get the raised threshold by accident; p3.torch frees nothing
 large, and a compute-bound squeezenet1_1 faulted 437 pages a step
-against DDP's 0 (bench/ddp/rank.py's 'faults').  So p3.torch frees one
+against DDP's 0-6 (bench/ddp/rank.py's 'faults').  So p3.torch frees one
 block of the largest size the threshold follows.
 """
 import ctypes
@@ -21,18 +21,24 @@ import ctypes
 _LARGEST = (32 << 20) - 2 * 4096
 
 
-def keep_step_memory():
-    """Raise glibc's dynamic mmap threshold as far as it goes; True if
-    this process's allocator is glibc's (elsewhere nothing is done)."""
+def glibc():
+    """This process's C library with malloc() and free() declared, if it
+    is glibc's (None elsewhere: its allocator is left alone)."""
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version
     except (OSError, AttributeError):
-        return False
+        return None
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    block = libc.malloc(_LARGEST)
-    # Never touched: the mapping costs no page, its unmapping is the point.
-    libc.free(block)
-    return True
+    return libc
+
+
+def keep_step_memory():
+    """Raise glibc's dynamic mmap threshold as far as it goes."""
+    libc = glibc()
+    if libc:
+        # Never touched: the mapping costs no page; its unmapping is what
+        # raises the threshold.
+        libc.free(libc.malloc(_LARGEST))
