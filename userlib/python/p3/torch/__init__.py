@@ -26,8 +26,9 @@ _exchange (one step's pushes and waits), _reducer (the sums and pulls,
 on the exchange's threads), _flat (the flat gradient and average
 buffers), _malloc (a step's memory kept in the process), _layout
 (slices, units and their owners), _mesh (the channels), _setup (levels
-and the ranks' agreement on one plan), _order (forward order), _slimdp and _sparse (Slim-DP), _dlcp (bounded loss),
-_errors (what the exchange raises), run (p3torchrun).
+and the ranks' agreement on one plan), _order (forward order), _slimdp
+and _sparse (Slim-DP), _dlcp (bounded loss), _errors (what the exchange
+raises), run (p3torchrun).
 """
 from ._errors import PeerError, StepTimeout
 from ._layout import ORDER   # the planner's default order
