@@ -100,7 +100,7 @@ for k in "${kernels[@]:0:${#kernels[@]}-1}"; do
 	job["vm-$k"]="stock_guest $k"
 done
 job[debug-churn]="debug_guest churn"
-job[debug-fuzz-faults-tdc]="debug_guest nlfuzz faults tdc"
+job[debug-fuzz-faults-tdc-parents]="debug_guest nlfuzz faults tdc parents"
 job[debug-vm]="debug_guest vm"
 
 # take NAME: true for the one lane that runs job NAME (mkdir is atomic).
@@ -130,17 +130,17 @@ echo "# ==== second lane: host suites, then guests: began at $((SECONDS / 60)) m
 	suite scale /usr/bin/python3 bench/scale/test_project.py
 	suite vm-tools selftests/vm/test-kernel-log.sh
 	suite time-budget scripts/test-time-budget.sh
-	lane debug-churn debug-vm debug-fuzz-faults-tdc "${others[@]}"
+	lane debug-churn debug-vm debug-fuzz-faults-tdc-parents "${others[@]}"
 	echo "# ==== second lane: ended at $((SECONDS / 60)) min"
 ) >"$out/second-lane.log" 2>&1 &
 second=$!
 
 # The second lane is on the debug kernel's jobs from its build on (the
 # build, churn, then the debug VM suites), so this one takes the other
-# stock kernel and then the fuzzer, the kernel faults and tdc, so that
-# the lanes end within a job of each other (docs/reliability.md has the
-# jobs' seconds).
-lane "vm-${kernels[-1]}" "${others[@]}" debug-fuzz-faults-tdc debug-vm debug-churn
+# stock kernel and then the fuzzer, the kernel faults, tdc and the
+# parents, so that the lanes end within a job of each other
+# (docs/reliability.md has the jobs' seconds).
+lane "vm-${kernels[-1]}" "${others[@]}" debug-fuzz-faults-tdc-parents debug-vm debug-churn
 
 wait "$second"
 rc=$?

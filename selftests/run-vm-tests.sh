@@ -6,7 +6,10 @@
 # and adds --userspace for one of them (the newest): the suites that test
 # libp3 and p3.torch over the qdisc, whose outcome does not depend on
 # which kernel carries the packets, run there only. With --deadline EPOCH
-# a suite that would not end before it is skipped, visibly.
+# a suite that would not end before it is skipped, visibly. --only NAME
+# and --skip NAME (repeatable; NAME is a suite's file name without p3_
+# and its extension: traffic, parents, integration...) pick suites, so
+# that make check can run the debug kernel's in two guests side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/time-budget.sh
@@ -15,13 +18,17 @@ kernel=${1:-$(uname -r)}
 [ $# -eq 0 ] || shift
 # --quick (the debug kernel, in make check): see below.
 userspace=0 quick=0 beside_debug=0 deadline=
+only=() skip=() seen=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	--userspace) userspace=1; shift ;;
 	--quick) quick=1; shift ;;
 	--beside-debug) beside_debug=1; shift ;;
 	--deadline) deadline=${2:?}; shift 2 ;;
-	*) echo "usage: $0 [KERNEL [--userspace] [--quick] [--beside-debug] [--deadline EPOCH]]" >&2
+	--only) only+=("${2:?}"); shift 2 ;;
+	--skip) skip+=("${2:?}"); shift 2 ;;
+	*) echo "usage: $0 [KERNEL [--userspace] [--quick] [--beside-debug]" \
+		"[--only SUITE]... [--skip SUITE]... [--deadline EPOCH]]" >&2
 		exit 2 ;;
 	esac
 done
@@ -36,6 +43,7 @@ run() {
 	shift
 	suite=$1
 	[ "$suite" != /usr/bin/python3 ] || suite=$2
+	picked "$suite" || return 0
 	if [ -n "$deadline" ]; then
 		need=$(budget_need "$est")
 		budget_late "$kernel: $(basename "$suite")" "$need" "$deadline" && return
@@ -44,6 +52,20 @@ run() {
 	"$@" || rc=1
 	echo "# ---- took $((SECONDS - t0)) s: $1 ${2:-}"
 	budget_took "$est" $((SECONDS - t0))
+}
+
+# picked PATH: true if --only and --skip leave the suite at PATH in.
+picked() {
+	local name
+	name=$(basename "$1")
+	name=${name%.*}
+	name=${name#p3_}
+	name=${name#vm_}
+	seen+=("$name")
+	if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
+		return 1
+	fi
+	[[ " ${skip[*]} " != *" $name "* ]]
 }
 
 # est STOCK DEBUG: a suite's estimate on this kernel. The debug kernel's
@@ -167,4 +189,11 @@ if [ "$kernel" != debug ]; then
 	# p3 at the root, under mq and under mqprio of a 4-queue veth.
 	run 20 /usr/bin/python3 selftests/p3_multiqueue.py --prefix "$kernel: "
 fi
+# A name that matches no suite here (one renamed since) picked nothing.
+for name in "${only[@]}" "${skip[@]}"; do
+	if [[ " ${seen[*]} " != *" $name "* ]]; then
+		echo "not ok - run-vm-tests.sh: no suite named $name runs on $kernel"
+		rc=1
+	fi
+done
 exit $rc
