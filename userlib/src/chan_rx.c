@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "chan.h"
@@ -429,20 +431,56 @@ static void conn_close(struct p3_chan *c, struct rx_conn *k, int status)
 		c->err_report = status;
 }
 
-/* Read and process what one connection has; stops at a stall. */
-static void conn_read(struct p3_chan *c, struct rx_conn *k)
+/* len bytes that arrived, each where conn_space() says; stops at a
+ * stall or a failure. */
+static void conn_feed(struct p3_chan *c, struct rx_conn *k, const uint8_t *p, size_t len)
 {
-	size_t budget = RX_READ_MAX;
-	ssize_t n;
+	size_t take;
 	int err;
 
-	while (!k->status && !k->stalled && budget) {
-		size_t room;
+	while (len && !k->status && !k->stalled) {
+		uint8_t *to = conn_space(k, &take);
+
+		if (take > len)
+			take = len;
+		memcpy(to, p, take);
+		p += take;
+		len -= take;
+		err = conn_took(c, k, to, take);
+		if (err)
+			conn_close(c, k, err);
+	}
+}
+
+/* Read and process what one connection has; stops at a stall.  The read
+ * that ends a payload also asks for the next frame's header (into
+ * @ahead: the frame's own header, in k->buf, holds the crc its end is
+ * checked against), and a read shorter than asked emptied the socket:
+ * poll() (level-triggered) says when more comes.  So back-to-back frames
+ * take one syscall each, not a header read, a payload read and a read
+ * that fails with EAGAIN. */
+static void conn_read(struct p3_chan *c, struct rx_conn *k)
+{
+	uint8_t ahead[P3_FRAME_HDR_LEN];
+	size_t budget = RX_READ_MAX, want = 0, room, got = 0, asked = 0;
+	struct iovec iov[2];
+	ssize_t n;
+	int err, niov;
+
+	while (!k->status && !k->stalled && budget && got == asked) {
 		uint8_t *p = conn_space(k, &room);
 
-		n = read(k->fd, p, room < budget ? room : budget);
-		if (n < 0 && errno == EINTR)
+		want = room < budget ? room : budget;
+		iov[0] = (struct iovec){ .iov_base = p, .iov_len = want };
+		niov = 1;
+		if (k->payload && k->dst && want == room)
+			iov[niov++] = (struct iovec){ .iov_base = ahead, .iov_len = sizeof(ahead) };
+		asked = want + (niov > 1 ? sizeof(ahead) : 0);
+		n = readv(k->fd, iov, niov);
+		if (n < 0 && errno == EINTR) {
+			got = asked;
 			continue;
+		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n <= 0) {
@@ -451,10 +489,13 @@ static void conn_read(struct p3_chan *c, struct rx_conn *k)
 				   k->have || k->payload ? -P3_ETRUNC : 1);
 			return;
 		}
-		budget -= (size_t)n;
-		err = conn_took(c, k, p, (size_t)n);
+		got = (size_t)n;
+		budget -= got < budget ? got : budget;
+		err = conn_took(c, k, p, got < want ? got : want);
 		if (err)
 			conn_close(c, k, err);
+		if (got > want)
+			conn_feed(c, k, ahead, got - want);
 	}
 }
 
@@ -471,24 +512,10 @@ static int conn_init(struct rx_conn *k)
 int rx_feed(struct p3_chan *c, unsigned int band, const void *data, size_t len)
 {
 	struct rx_conn *k = &c->rx[band];
-	const uint8_t *p = data;
-	size_t take;
-	int err;
 
 	if (!k->buf && !k->status && conn_init(k))
 		return -ENOMEM;
-	while (len && !k->status && !k->stalled) {
-		uint8_t *to = conn_space(k, &take);
-
-		if (take > len)
-			take = len;
-		memcpy(to, p, take);
-		p += take;
-		len -= take;
-		err = conn_took(c, k, to, take);
-		if (err)
-			conn_close(c, k, err);
-	}
+	conn_feed(c, k, data, len);
 	return k->status < 0 ? k->status : 0;
 }
 
