@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "p3.h"
 #include "tap.h"
@@ -789,6 +790,90 @@ static void test_level_stride_bounds(void)
 	p3_listener_close(l);
 }
 
+/* ------------------------------------------------------- reads a frame */
+
+/* The read system calls (read, readv, recv...) this process has made:
+ * /proc/self/io's syscr, or -1. */
+static long read_syscalls(void)
+{
+	FILE *f = fopen("/proc/self/io", "r");
+	char line[128];
+	long v = -1;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "syscr: %ld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+#define RPF_N		32	/* 32 frames of 1,000 bytes fit the socket */
+#define RPF_LEN		1000
+
+struct rpf_job {
+	pthread_barrier_t	go;
+	struct p3_chan		*tx;
+	uint8_t			*data;
+	int			err;
+};
+
+static void *rpf_sender(void *arg)
+{
+	struct rpf_job *j = arg;
+	uint32_t i;
+
+	j->tx = connect_to("127.0.0.1", 1, 0);
+	pthread_barrier_wait(&j->go);	/* the receiver has registered */
+	for (i = 0; j->tx && i < RPF_N && !j->err; i++)
+		j->err = p3_chan_send(j->tx, 0, 0, 0, i, 0, j->data + i * RPF_LEN, RPF_LEN,
+				      10000);
+	if (j->tx && !j->err)
+		j->err = p3_chan_flush(j->tx, 10000);
+	return NULL;
+}
+
+/* Frames waiting back to back are read one system call each: the read
+ * that ends a payload takes the next header too, and a short read ends
+ * the pass (a header read, a payload read and a read failing with EAGAIN
+ * were three a frame). */
+static void test_reads_per_frame(void)
+{
+	struct p3_listener *l = listen_any("127.0.0.1", 0);
+	struct rpf_job j = { .data = malloc(RPF_N * RPF_LEN) };
+	uint8_t *got = calloc(RPF_N, RPF_LEN);
+	struct p3_chan *rx = NULL;
+	struct p3_completion d;
+	long before, reads = -1;
+	size_t done = 0, i;
+	pthread_t th;
+
+	for (i = 0; i < RPF_N * RPF_LEN; i++)
+		j.data[i] = (uint8_t)(i * 131 + 7);
+	pthread_barrier_init(&j.go, NULL, 2);
+	pthread_create(&th, NULL, rpf_sender, &j);
+	p3_accept(l, 10000, &rx);
+	for (i = 0; rx && i < RPF_N; i++)
+		p3_chan_expect(rx, (uint32_t)i, got + i * RPF_LEN, RPF_LEN, 0);
+	pthread_barrier_wait(&j.go);
+	pthread_join(th, NULL);		/* every frame is in the socket */
+	before = read_syscalls();
+	while (rx && p3_chan_pending(rx) && p3_chan_poll(rx, 1000) >= 0)
+		while (p3_chan_next(rx, &d) == 1)
+			done++;
+	if (before >= 0)
+		reads = read_syscalls() - before;
+	ok(rx && !j.err && done == RPF_N && !memcmp(got, j.data, RPF_N * RPF_LEN) &&
+	   reads >= 0 && reads <= RPF_N + 8,
+	   "%d frames waiting back to back: byte-exact in %ld read calls", RPF_N, reads);
+	p3_chan_close(rx);
+	p3_chan_close(j.tx);
+	p3_listener_close(l);
+	pthread_barrier_destroy(&j.go);
+	free(j.data);
+	free(got);
+}
+
 int main(void)
 {
 	test_random_tensors("127.0.0.1", 4, 300, 1234);
@@ -805,5 +890,6 @@ int main(void)
 	test_receiver_tags("::1", 1);
 	test_receiver_tags("127.0.0.1", 2);
 	test_level_stride_bounds();
+	test_reads_per_frame();
 	return tap_done();
 }
