@@ -8,7 +8,7 @@
 # which kernel carries the packets, run there only. With --deadline EPOCH
 # a suite that would not end before it is skipped, visibly. --only NAME
 # and --skip NAME (repeatable; NAME is a suite's file name without p3_
-# and its extension: traffic, parents, integration...) pick suites, so
+# or vm_ and its extension: traffic, parents, integration...) pick suites, so
 # that make check can run the debug kernel's in two guests side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1

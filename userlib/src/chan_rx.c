@@ -462,12 +462,12 @@ static void conn_feed(struct p3_chan *c, struct rx_conn *k, const uint8_t *p, si
 static void conn_read(struct p3_chan *c, struct rx_conn *k)
 {
 	uint8_t ahead[P3_FRAME_HDR_LEN];
-	size_t budget = RX_READ_MAX, want = 0, room, got = 0, asked = 0;
+	size_t budget = RX_READ_MAX, want, room, got, asked;
 	struct iovec iov[2];
 	ssize_t n;
 	int err, niov;
 
-	while (!k->status && !k->stalled && budget && got == asked) {
+	while (!k->status && !k->stalled && budget) {
 		uint8_t *p = conn_space(k, &room);
 
 		want = room < budget ? room : budget;
@@ -477,10 +477,8 @@ static void conn_read(struct p3_chan *c, struct rx_conn *k)
 			iov[niov++] = (struct iovec){ .iov_base = ahead, .iov_len = sizeof(ahead) };
 		asked = want + (niov > 1 ? sizeof(ahead) : 0);
 		n = readv(k->fd, iov, niov);
-		if (n < 0 && errno == EINTR) {
-			got = asked;
+		if (n < 0 && errno == EINTR)
 			continue;
-		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n <= 0) {
@@ -496,6 +494,8 @@ static void conn_read(struct p3_chan *c, struct rx_conn *k)
 			conn_close(c, k, err);
 		if (got > want)
 			conn_feed(c, k, ahead, got - want);
+		if (got < asked)
+			return;		/* the socket is empty for now */
 	}
 }
 

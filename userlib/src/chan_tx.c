@@ -517,7 +517,7 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 {
 	uint64_t touched = 0;
 	struct tx_msg **m;
-	size_t total, i, refs = 0;
+	size_t total, i;
 	unsigned int b;
 	int err, news;
 
@@ -538,17 +538,16 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 		heap_push(&c->tx[spec[i].level], m[i]);
 		c->queued += m[i]->len;
 		c->refs += m[i]->ref;
-		refs += m[i]->ref;
 		touched |= 1ull << spec[i].level;
 	}
 	free(m);
 	/* Start at once: an idle band should not wait for the next poll.
 	 * The engine has work only where bytes are left, and news for other
-	 * waiters where a band failed or a copy=False message may have
-	 * completed: a kick costs it a pass over every channel's sockets
-	 * (at 16 ranks a rank polls 240), so a message written whole here
-	 * does without. */
-	news = refs != 0;
+	 * waiters where a band failed or a copy=False message (this batch's
+	 * or an earlier one's) may have completed: a kick costs it a pass
+	 * over every channel's sockets (at 16 ranks a rank polls 240), so a
+	 * copied message written whole here does without. */
+	news = c->refs != 0;
 	for (b = 0; b < c->bands; b++) {
 		if (touched & (1ull << b)) {
 			band_write(c, &c->tx[b]);
