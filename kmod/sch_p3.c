@@ -2,19 +2,12 @@
 /*
  * sch_p3.c	Priority-based Parameter Propagation (P3) scheduler.
  *
- * Distributed training sends parameter slices tagged with a level: the
- * layers the next forward pass needs first are the most urgent.  This
- * qdisc serves N bands in strict priority (band 0 first), so a more
- * urgent slice preempts a less urgent one on the wire, for every process
- * on the host at once.
- *
- * Packets are queued per flow (a local socket, else the flow hash) and a
- * flow is served from one band at a time, so a flow is never reordered.
- * A flow holding packets of several bands (its socket was re-tagged) is
- * served at the most urgent of them: priority inheritance.  Within a band,
- * flows share by deficit round robin.
- *
- * See docs/design.md for the invariants and docs/tc-p3.8 for the options.
+ * N bands in strict priority (band 0 first), so that the parameter slices
+ * a training job's next forward pass needs first preempt the rest on the
+ * wire, for every process on the host.  Packets queue per flow (a local
+ * socket, else the flow hash); a flow is never reordered, and is served at
+ * its most urgent packet's band (priority inheritance).  Flows of a band
+ * share by DRR.  See docs/design.md (invariants) and docs/tc-p3.8.
  */
 
 #include <linux/bitops.h>
@@ -32,59 +25,40 @@
 
 #include "compat.h"
 
-/* An empty flow keeps its DRR deficit this long; then a new flow may take
- * its place (p3_flow_recycle()).
- */
+/* An empty flow keeps its DRR deficit this long, then may be recycled. */
 #define P3_FLOW_IDLE	HZ
-/* The GC frees flows empty this long: later than they may be reused, so
- * that while new flows keep coming they reuse old ones and the allocator
- * is left alone.
- */
+/* Freed later than recycled: new flows reuse entries, not the allocator. */
 #define P3_FLOW_EXPIRE	(2 * P3_FLOW_IDLE)
-/* Idle flows one GC pass frees at most.  A pass runs inline, as fq_gc()
- * does (a new flow's lookup, a dequeue that empties p3), under the root
- * lock: this bounds what it adds to one packet.  There is no timer, so
- * nothing can run beside reset or destroy.
+/* A GC pass runs inline under the root lock, as fq_gc() does: this bounds
+ * its cost to one packet.  No timer, so it never runs beside reset/destroy.
  */
 #define P3_GC_BATCH	8
-/* Buckets of the index of spilled flows (p3_spill_find()). */
-#define P3_SPILL_LOG	10
-/* Flows are filed by the size class of their backlog, fls(bytes) - 1, so
- * that overflow finds a fattest flow in O(1): see p3_size_refile().
- */
-#define P3_SIZE_CLASSES	32
+#define P3_SPILL_LOG	10	/* buckets of the spill index */
+#define P3_SIZE_CLASSES	32	/* fls(backlog) - 1, see p3_size_refile() */
 #define P3_MIN_QUANTUM	256
 #define P3_MAX_QUANTUM	(1U << 20)
-/* The pacer may make up for a late watchdog (or an idle gap) by sending
- * this much time's worth of bytes back to back, and no more: it is the
- * depth of a token bucket beyond the largest packet it has paced, and
- * bounds bursts at rate x P3_PACE_HORIZON plus one such packet.
+/* Pacer bucket depth beyond the largest packet paced: makes up for a late
+ * watchdog, and bounds bursts at rate x P3_PACE_HORIZON plus that packet.
  */
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below one GSO packet's truesize would drop everything. */
 #define P3_MIN_MEMORY	(64U << 10)
-/* Enqueue times of loss-tolerant packets, in units of 2^10 ns (about a
- * microsecond) modulo 2^24: 17 s, beyond TCA_P3_CLASS_MAX_DEADLINE_US, in
- * the 24 bits skb->cb has left.  A packet queued longer than that may be
- * sent late instead of dropped, which is what a reliable band does anyway.
+/* Loss-tolerant packets' enqueue time, in 2^10 ns modulo 2^24 (17 s, past
+ * TCA_P3_CLASS_MAX_DEADLINE_US) to fit skb->cb; older ones may go late.
  */
 #define P3_STAMP_SHIFT	10
 #define P3_STAMP_BITS	24
 #define P3_STAMP_MASK	((1U << P3_STAMP_BITS) - 1)
-/* Expired packets one dequeue drops, and one peek steps over, at most:
- * the root lock is held, and a band full of them must not stall the
- * device for a whole queue's worth.  A peek that steps over this many
- * returns the last of them, which is then sent late (p3_scan()).
+/* Expired packets one dequeue drops, or one peek steps over (the root lock
+ * is held); a peek past it returns the last one, sent late (p3_scan()).
  */
 #define P3_EXPIRE_BATCH	256
 
-/* Per-packet state, in the qdisc-private part of skb->cb.  Packed so that
- * two links, the band and a time stamp fit its 20 bytes; the links stay
- * 8-byte aligned.
+/* Packed so that two links, band and stamp fit the 20 bytes of skb->cb
+ * left to a qdisc; the links stay 8-byte aligned.
  */
 struct p3_skb_cb {
-	/* Links of the flow's minimum deque, see p3_flow_push(). */
-	struct sk_buff	*min_prev;
+	struct sk_buff	*min_prev;	/* the flow's minimum deque */
 	struct sk_buff	*min_next;
 	u32		band:6;		/* as classified, before inheritance */
 	u32		tolerant:1;	/* its band had a deadline at enqueue */
@@ -92,25 +66,19 @@ struct p3_skb_cb {
 	u32		stamp:P3_STAMP_BITS;	/* enqueue time, if tolerant */
 } __packed;
 
-/*
- * The packets of a flow, in order.  A flow entry is found by key in the
- * flow table; each band also has one shared flow of key 0, outside the
- * table, for packets that can have no entry of their own (p3_spill()).
+/* Found by key in the flow table; each band also has a shared flow of
+ * key 0 outside it, for packets that can have no entry (p3_spill()).
  */
 struct p3_flow {
 	struct sk_buff		*head;		/* FIFO, linked by skb->next */
 	struct sk_buff		*tail;
-	/* Deque of the packets that are more urgent than every packet
-	 * behind them: its head is the flow's most urgent packet.
-	 */
+	/* Packets more urgent than all behind them (p3_flow_push()) */
 	struct sk_buff		*min_head;
 	struct sk_buff		*min_tail;
-	/* On bands[band].flows if qlen, else on the idle list (a shared
-	 * flow: on no list).
-	 */
+	/* On bands[band].flows if qlen, else idle (shared flow: no list) */
 	struct list_head	band_node;
 	struct hlist_node	hash_node;
-	/* On by_size[size_slot] if qlen; may stay there when it empties. */
+	/* On by_size[size_slot] if qlen; may stay there when it empties */
 	struct hlist_node	size_node;
 	unsigned long		key;
 	unsigned long		idle_since;	/* jiffies, valid if !qlen */
@@ -154,15 +122,12 @@ struct p3_sched_data {
 	u32			paced_max_len;	/* pacer: largest packet seen */
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
-	/* The packet the last peek returned, and its flow (NULL: the lone
-	 * packet), which the dequeue after it must send, expired or not:
-	 * the parent charged its length.  Overflow never pushes it out.
+	/* Last peek's packet and flow (NULL: lone): the parent charged it, so
+	 * the next dequeue sends it, expired or not; overflow never takes it.
 	 */
 	struct sk_buff		*peeked;
 	struct p3_flow		*peeked_flow;
-	/* A packet that found the qdisc empty, held outside the flow table
-	 * (p3_hold_lone()); no flow holds packets while it is set.
-	 */
+	/* p3_hold_lone(); while set, no flow holds packets */
 	struct sk_buff		*lone;
 	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
@@ -174,25 +139,16 @@ struct p3_sched_data {
 	struct hlist_head	*flow_table;
 	u32			flows;
 	u32			buckets_log;
-	/* Flows holding packets by band and size class: overflow pushes
-	 * out of a fattest flow without walking the band.
-	 */
+	/* by band and size class, see p3_size_refile() */
 	struct hlist_head	*by_size;
-	/* Flows holding no packets, oldest first: the GC frees from the
-	 * head, and never walks the table.
-	 */
+	/* Empty flows, oldest first: the GC never walks the table. */
 	struct list_head	idle;
-	/* The newest spilled packet of each key with packets in a shared
-	 * flow, chained by skb->prev in buckets of its key's hash.
-	 */
+	/* see p3_spill_bucket() */
 	struct sk_buff		**spill_index;
 	u32			spill_keys;
 
-	/* statistics, written under the qdisc lock */
-	struct tc_p3_xstats	stats;
-
+	struct tc_p3_xstats	stats;		/* under the qdisc lock */
 	struct qdisc_watchdog	watchdog;	/* pacing */
-
 	struct p3_band		bands[TCA_P3_MAX_BANDS];
 };
 
@@ -209,9 +165,7 @@ static u32 p3_stamp_now(void)
 	return (ktime_get_ns() >> P3_STAMP_SHIFT) & P3_STAMP_MASK;
 }
 
-/* A packet is loss-tolerant if its band had a deadline when it came and
- * still has one: a band made reliable again keeps every packet it holds.
- */
+/* A band made reliable again keeps every packet it holds. */
 static bool p3_tolerant(const struct p3_sched_data *q,
 			const struct sk_buff *skb)
 {
@@ -220,9 +174,7 @@ static bool p3_tolerant(const struct p3_sched_data *q,
 	return cb->tolerant && q->bands[cb->band].deadline;
 }
 
-/* Has loss-tolerant @skb waited longer than its band's deadline?  *now
- * is the stamp clock, read on first need (0: not yet).
- */
+/* *now is the stamp clock, read on first need (0: not yet). */
 static bool p3_expired(const struct p3_sched_data *q,
 		       const struct sk_buff *skb, u32 *now)
 {
@@ -236,13 +188,8 @@ static bool p3_expired(const struct p3_sched_data *q,
 	       q->bands[cb->band].deadline;
 }
 
-/* ------------------------------------------------------------------ */
-/* Classification                                                      */
-/* ------------------------------------------------------------------ */
-
-/* The protocol inside VLAN tags.  Out of line: it reads the tags into a
- * buffer on the stack, which would put the stack protector's canary on
- * every packet's enqueue.
+/* Out of line: its buffer for the tags would put the stack protector's
+ * canary on every enqueue.
  */
 static noinline __be16 p3_vlan_protocol(struct sk_buff *skb)
 {
@@ -269,7 +216,7 @@ static u32 p3_dscp(struct sk_buff *skb)
 	return 0;
 }
 
-/* Band of class minor @minor (H:1 is band 0), or -1 if no such class. */
+/* Class H:1 is band 0; -1 if there is no such class. */
 static int p3_minor_to_band(const struct p3_sched_data *q, u32 minor)
 {
 	return minor >= 1 && minor <= q->cfg.bands ? minor - 1 : -1;
@@ -296,10 +243,9 @@ static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
 	return q->cfg.default_band;
 }
 
-/* The band the tc filters attached to p3 choose, -(what enqueue returns)
- * when an action consumed the packet, or P3_BY_TAG when they leave it
- * to the tag.  Out of line: its tcf_result on the stack would otherwise
- * put the stack protector's canary on every packet's enqueue.
+/* The filters' band, -(enqueue's return) if an action consumed the packet,
+ * or P3_BY_TAG.  Out of line: its tcf_result would put the stack
+ * protector's canary on every enqueue.
  */
 #define P3_BY_TAG	INT_MIN
 static noinline int p3_filter_classify(struct sk_buff *skb,
@@ -326,9 +272,8 @@ static noinline int p3_filter_classify(struct sk_buff *skb,
 	return err < 0 ? P3_BY_TAG : err;
 }
 
-/* Returns the band, or, when a filter action consumed the packet, minus
- * what enqueue returns for it (NET_XMIT_SUCCESS with __NET_XMIT_STOLEN
- * or __NET_XMIT_BYPASS: negative, never a band).
+/* The band, or minus enqueue's return (negative, never a band) when a
+ * filter action consumed the packet.
  */
 static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 {
@@ -351,24 +296,16 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 	return p3_tag_to_band(q, skb);
 }
 
-/* ------------------------------------------------------------------ */
-/* Flows                                                               */
-/* ------------------------------------------------------------------ */
-
 /*
- * The helpers every queued packet goes through (p3_flow_lookup(),
- * p3_size_refile(), p3_flow_push(), p3_flow_pop()) are __always_inline,
- * as gcc kept them out of line (docs/benchmarks.md, "Overhead").  What
- * only overflow, filters, VLAN tags, spilling or the first packet to
- * wait need is noinline instead, so that the common path carries
- * neither its code nor the stack protector's canary.
+ * What every packet goes through is __always_inline, as gcc kept it out of
+ * line (docs/benchmarks.md, "Overhead"); what only rare paths need is
+ * noinline, keeping its code and stack canary off the common path.
  */
 
 /*
  * A local full socket names its flow exactly, and cannot be freed while
- * it has packets here (each holds sk_wmem_alloc).  Forwarded packets,
- * SYN-ACKs of request socks and time-wait replies fall back to the flow
- * hash; bit 0 keeps that key space apart from aligned socket pointers.
+ * it has packets here (each holds sk_wmem_alloc).  Other packets fall back
+ * to the flow hash; bit 0 keeps those keys apart from socket pointers.
  */
 static unsigned long p3_flow_key(struct sk_buff *skb)
 {
@@ -379,13 +316,11 @@ static unsigned long p3_flow_key(struct sk_buff *skb)
 	return ((unsigned long)skb_get_hash(skb) << 1) | 1;
 }
 
-/* Has @flow been empty for longer than @age? */
 static bool p3_flow_idle_for(const struct p3_flow *flow, unsigned long age)
 {
 	return !flow->qlen && time_after(jiffies, flow->idle_since + age);
 }
 
-/* Takes @flow off its size class, if it is on one. */
 static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
 {
 	u16 slot = flow->size_slot;
@@ -399,19 +334,12 @@ static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
 }
 
 /*
- * Files a flow holding packets under its band and the size class of its
- * backlog.  Called whenever qlen, backlog or band change.  The fattest
- * class of a band is the highest bit of its "sizes" mask, so a flow of it
- * holds at least half the bytes of the band's fattest flow: the drop
- * victim is found in O(1), where a walk would cost O(flows) for every
- * packet pushed out at the limit.
- *
- * A flow that empties stays where it was filed.  A flow that sends one
- * packet at a time empties at every dequeue and comes back at the next
- * enqueue, most often to the same class: taking it off and putting it
- * back each time would be paid by every packet.  p3_fattest() skips
- * and unfiles the empty flows it meets instead, and a flow is unfiled
- * before it is freed or reused.
+ * Files a flow holding packets by band and fls(backlog): a flow of the
+ * band's highest class ("sizes" bit) holds at least half the bytes of its
+ * fattest, so overflow finds a victim in O(1), not O(flows).  A flow that
+ * empties stays filed, as it mostly comes back to the same class:
+ * p3_fattest() unfiles the empty flows it meets, and a flow is unfiled
+ * before reuse or free.
  */
 static __always_inline void p3_size_refile(struct p3_sched_data *q,
 					   struct p3_flow *flow)
@@ -430,8 +358,7 @@ static __always_inline void p3_size_refile(struct p3_sched_data *q,
 }
 
 /* A flow of active @band holding at least half the bytes of its fattest.
- * Every flow holding packets is filed, so the loop ends; each empty flow
- * it passes is unfiled once.
+ * Every flow holding packets is filed, so the loop ends.
  */
 static struct p3_flow *p3_fattest(struct p3_sched_data *q, u8 band)
 {
@@ -459,8 +386,7 @@ static void p3_flow_free(struct p3_sched_data *q, struct p3_flow *flow)
 }
 
 /* Frees up to P3_GC_BATCH idle flows, oldest first: those empty for
- * P3_FLOW_EXPIRE, and any while the table holds more than "flows" (the
- * cap was lowered).  Returns how many it freed.
+ * P3_FLOW_EXPIRE, and any while over the "flows" cap (it was lowered).
  */
 static u32 p3_gc(struct p3_sched_data *q)
 {
@@ -480,18 +406,7 @@ static u32 p3_gc(struct p3_sched_data *q)
 	return freed;
 }
 
-/* Frees every idle flow, stale or not: the qdisc is being reset. */
-static void p3_gc_all(struct p3_sched_data *q)
-{
-	struct p3_flow *flow, *tmp;
-
-	list_for_each_entry_safe(flow, tmp, &q->idle, band_node)
-		p3_flow_free(q, flow);
-}
-
-/* @flow holds no packets from now on: an entry joins the idle list's
- * tail, a band's shared flow just leaves its band.
- */
+/* A table entry joins the idle list's tail; a shared flow leaves its band. */
 static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 {
 	if (unlikely(!flow->key)) {
@@ -502,13 +417,8 @@ static void p3_flow_idle(struct p3_sched_data *q, struct p3_flow *flow)
 	list_move_tail(&flow->band_node, &q->idle);
 }
 
-/*
- * The oldest idle flow, taken out of the table and cleared for reuse, if
- * it has been empty for P3_FLOW_IDLE or the table is at its cap; else
- * NULL.  A new flow takes it rather than a fresh allocation: however fast
- * new flows come, the table grows only while no flow is that old, never
- * beyond the cap, and a host whose flows come back less often than that
- * pays no allocator for it.
+/* The oldest idle flow, cleared, if idle for P3_FLOW_IDLE or the table is
+ * at its cap: it grows only while no flow is that old, never past the cap.
  */
 static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 {
@@ -527,11 +437,8 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 	return flow;
 }
 
-/*
- * Spilled packets (p3_spill()) are indexed by key, one per key: the
- * newest, marked spill_last and chained by skb->prev (a qdisc's own while
- * the packet is queued here) in buckets of the key's hash.  The index
- * takes no memory of its own, so it cannot fail where the flow table did.
+/* The spill index: each key's newest spilled packet, marked spill_last and
+ * chained by skb->prev.  It takes no memory, so cannot fail as the table did.
  */
 static struct sk_buff **p3_spill_bucket(struct p3_sched_data *q,
 					unsigned long key)
@@ -539,7 +446,6 @@ static struct sk_buff **p3_spill_bucket(struct p3_sched_data *q,
 	return &q->spill_index[hash_long(key, P3_SPILL_LOG)];
 }
 
-/* The newest spilled packet of @key, or NULL if it has none queued. */
 static struct sk_buff *p3_spill_find(struct p3_sched_data *q,
 				     unsigned long key)
 {
@@ -577,9 +483,7 @@ static void p3_spill_unindex(struct p3_sched_data *q, struct sk_buff *skb,
 	q->spill_keys--;
 }
 
-/* @skb, of @key, has just joined a shared flow: it is its key's newest
- * spilled packet, in place of @last (NULL: the key had none).
- */
+/* @skb just joined a shared flow, in place of @last as its key's newest. */
 static void p3_spilled(struct p3_sched_data *q, struct sk_buff *skb,
 		       unsigned long key, struct sk_buff *last)
 {
@@ -589,10 +493,9 @@ static void p3_spilled(struct p3_sched_data *q, struct sk_buff *skb,
 	q->stats.spilled++;
 }
 
-/* @skb, the newest spilled packet of its key, just left shared @flow.
- * A packet of the same key can be left only if overflow took @skb from
- * behind the peeked head (p3_flow_pop_next()): then the head is the
- * newest.
+/* @skb, its key's newest, just left shared @flow.  Another of its key
+ * stays only if overflow took @skb from behind the peeked head
+ * (p3_flow_pop_next()): then that head is the newest.
  */
 static noinline void p3_spill_left(struct p3_sched_data *q,
 				   struct p3_flow *flow, struct sk_buff *skb)
@@ -604,12 +507,9 @@ static noinline void p3_spill_left(struct p3_sched_data *q,
 		p3_spill_index(q, flow->head, key);
 }
 
-/*
- * A new entry for @key, to go in @bucket of the table: an idle one
- * recycled, else a fresh one below the cap, else NULL; NULL too while
- * @key has packets spilled, which its next packets must follow.  Runs a
- * GC pass: new flows are what fill the table.  Out of line: only a
- * flow's first packet comes here.
+/* Recycled, else allocated below the cap, else NULL; NULL too while @key
+ * has packets spilled, for its next ones to follow.  New flows fill the
+ * table, so the GC runs here.
  */
 static noinline struct p3_flow *p3_flow_new(struct p3_sched_data *q,
 					    unsigned long key,
@@ -637,9 +537,8 @@ static noinline struct p3_flow *p3_flow_new(struct p3_sched_data *q,
 	return flow;
 }
 
-/* Finds the flow of @key, or makes one (NULL: none can be had, and the
- * packet spills).  An idle flow found here keeps its deficit however
- * long it was idle, until it is reused or freed.
+/* NULL: no entry can be had, and the packet spills.  An idle flow keeps
+ * its deficit however long it was idle, until reused or freed.
  */
 static __always_inline struct p3_flow *
 p3_flow_lookup(struct p3_sched_data *q, unsigned long key)
@@ -664,14 +563,11 @@ static void p3_band_add(struct p3_sched_data *q, u8 band, u32 qlen,
 	q->bands[band].memory += memory;
 }
 
+/* Unsigned: adding the negation subtracts. */
 static void p3_band_sub(struct p3_sched_data *q, u8 band, u32 qlen,
 			u32 bytes, u32 memory)
 {
-	struct gnet_stats_queue *qs = &q->bands[band].qstats;
-
-	qs->qlen -= qlen;
-	qs->backlog -= bytes;
-	q->bands[band].memory -= memory;
+	p3_band_add(q, band, -qlen, -bytes, -memory);
 	if (list_empty(&q->bands[band].flows))
 		q->active &= ~BIT_ULL(band);
 }
@@ -691,14 +587,10 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
 }
 
 /*
- * Appends @skb of band @band to @flow, loss-tolerant if @tolerant (its
- * band had a deadline when it came).  The flow's band is the minimum
- * band of its packets.  To know that minimum again after the head leaves
- * in O(1), the flow keeps a deque of the packets that are strictly more
- * urgent than every packet queued behind them (a monotone queue): a new
- * packet removes from the deque's tail every packet not more urgent than
- * itself, and the deque's head is always the flow's most urgent packet.
- * At most one packet per band is on it.
+ * To find a flow's most urgent band in O(1) as its head leaves, a monotone
+ * deque holds the packets strictly more urgent than all behind them (at
+ * most one per band): a new packet drops from its tail every packet not
+ * more urgent than itself.  @tolerant: @band had a deadline as @skb came.
  */
 static __always_inline void p3_flow_push(struct p3_sched_data *q,
 					 struct p3_flow *flow,
@@ -710,8 +602,8 @@ static __always_inline void p3_flow_push(struct p3_sched_data *q,
 
 	while (flow->min_tail && p3_cb(flow->min_tail)->band >= band)
 		flow->min_tail = p3_cb(flow->min_tail)->min_prev;
-	/* Written whole, not field by field: the bit fields would each be
-	 * a read-modify-write.  Reliable packets skip the clock.
+	/* Written whole: bit fields would each be a read-modify-write.
+	 * Reliable packets skip the clock.
 	 */
 	*cb = (struct p3_skb_cb) {
 		.min_prev = flow->min_tail,
@@ -751,21 +643,16 @@ static __always_inline void p3_flow_push(struct p3_sched_data *q,
 	q->memory_usage += skb->truesize;
 }
 
-/*
- * Band a non-empty flow is served from: that of its most urgent packet,
- * folded into the last band if "bands" shrank since it was classified.
- */
+/* Folded into the last band if "bands" shrank since classification. */
 static u8 p3_flow_min_band(const struct p3_sched_data *q,
 			   const struct p3_flow *flow)
 {
 	return min_t(u8, p3_cb(flow->min_head)->band, q->cfg.bands - 1);
 }
 
-/*
- * The accounting of @skb, just unlinked from @flow (served from @band):
- * flow, band, qdisc and memory.  An emptied flow leaves its band; a flow
- * whose urgent packets are gone returns to the band of its most urgent
- * rest.
+/* Accounts for @skb, just unlinked from @flow (served from @band).  An
+ * emptied flow leaves its band; one whose urgent packets are gone moves
+ * to the band of its most urgent rest.
  */
 static __always_inline void p3_flow_unlinked(struct Qdisc *sch,
 					     struct p3_flow *flow,
@@ -796,7 +683,6 @@ static __always_inline void p3_flow_unlinked(struct Qdisc *sch,
 	p3_size_refile(q, flow);
 }
 
-/* Unlinks the head packet of @flow, with all its accounting. */
 static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
 						    struct p3_flow *flow)
 {
@@ -814,12 +700,8 @@ static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
 	return skb;
 }
 
-/*
- * Unlinks the packet after the head of @flow, which holds two or more,
- * with all its accounting: overflow's victim when the head is the packet
- * a parent peeked at.  On the minimum deque (see p3_flow_push()) the
- * packet is taken out, and the head goes to the front if it is now more
- * urgent than every packet behind it.
+/* Unlinks the packet after @flow's peeked head (two or more queued) for
+ * overflow; the head joins the deque's front if now strictly most urgent.
  */
 static noinline struct sk_buff *p3_flow_pop_next(struct Qdisc *sch,
 						 struct p3_flow *flow)
@@ -859,14 +741,8 @@ static noinline struct sk_buff *p3_flow_pop_next(struct Qdisc *sch,
 	return skb;
 }
 
-/* ------------------------------------------------------------------ */
-/* Enqueue, dequeue and drops                                          */
-/* ------------------------------------------------------------------ */
-
-/*
- * The flow of active @band to push a packet out of: a fattest one, unless
- * its only packet is the one a parent peeked at and charged for, which
- * stays; then another flow of the band, or NULL.
+/* A fattest flow of active @band, unless its only packet is the peeked
+ * one, which stays: then another flow of the band, or NULL.
  */
 static struct p3_flow *p3_pushable(struct p3_sched_data *q, u8 band)
 {
@@ -880,17 +756,14 @@ static struct p3_flow *p3_pushable(struct p3_sched_data *q, u8 band)
 	return NULL;
 }
 
-/* The packet of @flow overflow pushes out: its head, or the packet after
- * it if the head is the peeked one.
- */
 static struct sk_buff *p3_victim_skb(const struct p3_sched_data *q,
 				     const struct p3_flow *flow)
 {
 	return flow->head == q->peeked ? flow->head->next : flow->head;
 }
 
-/* Pushes out p3_victim_skb() of p3_pushable()'s flow of @band, which must
- * exist, and adds its length to *@bytes.  Returns that flow.
+/* Pushes out p3_victim_skb() of p3_pushable(@band), which must exist, adds
+ * its length to *@bytes and returns its flow.
  */
 static struct p3_flow *p3_drop_from(struct Qdisc *sch, u8 band, u32 *bytes,
 				    struct sk_buff **to_free)
@@ -915,13 +788,9 @@ static u64 p3_bands_from(const struct p3_sched_data *q, u8 serve)
 	return q->active & ~(BIT_ULL(serve) - 1);
 }
 
-/*
- * The band to push a packet out of so that one arriving for a flow
- * served at @serve fits, or -1 if none can.  Never a band more urgent
- * than @serve: strict priority comes first.  Among the others, a
- * loss-tolerant head packet goes first, least urgent band first (only
- * the pushable flow's head is looked at, as only it would go), then the
- * least urgent band's.
+/* The band to push out of for a packet served at @serve, or -1: never a
+ * more urgent one.  A loss-tolerant victim first, least urgent band first,
+ * else the least urgent band's.
  */
 static int p3_victim(struct p3_sched_data *q, u8 serve)
 {
@@ -943,9 +812,7 @@ static int p3_victim(struct p3_sched_data *q, u8 serve)
 	return -1;
 }
 
-/* Which limit admitting @pkts more packets of @truesize bytes in all would
- * break, if any.
- */
+/* Counter of the limit @pkts more packets (@truesize in all) would break. */
 static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
@@ -957,11 +824,8 @@ static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 	return NULL;
 }
 
-/*
- * Could pushing out packets of bands @serve or less urgent make room for
- * @skb?  Only then is any pushed out: packets lost to make room for one
- * that is dropped anyway would be lost for nothing.  Every packet of
- * those bands can go but the peeked one (p3_pushable()).
+/* Could pushing out all of bands >= @serve but the peeked packet make room
+ * for @skb?  Else pushing any out would lose them for nothing.
  */
 static bool p3_room_possible(struct Qdisc *sch, struct sk_buff *skb, u8 serve)
 {
@@ -996,21 +860,14 @@ static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
 	qdisc_qstats_backlog_inc(sch, skb);
 }
 
-/*
- * Enqueue when @skb, of @band and for @flow, does not fit: packets are
- * pushed out until it does (p3_victim()), if they can make room, else it
- * is dropped itself.  Returns what p3_enqueue() returns.  Out of line, as
- * only overflow comes here: the common path stays short.
- */
+/* Pushes packets out until @skb fits, if that can make room, else drops it. */
 static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 				    struct p3_flow *flow, u8 band,
 				    struct sk_buff **to_free)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	u32 len = qdisc_pkt_len(skb), pushed_len = 0, pushed = 0;
-	/* Overflow never costs a band more urgent than the one this packet
-	 * is served at, as it arrives.
-	 */
+	/* Never a band more urgent than this packet is served at. */
 	u8 serve = flow->qlen ? min_t(u8, band, flow->band) : band;
 	bool own_loss = false;
 	u64 *cause;
@@ -1033,32 +890,21 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 
 	p3_admit(sch, flow, skb, band);
 
-	/* Congestion is signalled only to the flow that paid for it (as
-	 * fq_codel does): TCP cuts its window on any positive return, so
-	 * NET_XMIT_CN for other flows' losses would starve an urgent flow
-	 * whenever less urgent traffic overflows the queue.
+	/* Only the flow that paid gets NET_XMIT_CN (as in fq_codel): TCP
+	 * cuts its window on it, so other flows' losses would starve an
+	 * urgent flow whenever less urgent traffic overflows.
 	 */
 	if (!own_loss) {
 		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
 		return NET_XMIT_SUCCESS;
 	}
-	/* NET_XMIT_CN makes the parent skip adding this packet, so report
-	 * one packet fewer than were pushed out, and the byte difference.
-	 */
+	/* NET_XMIT_CN: the parent does not add this packet, so net it out. */
 	qdisc_tree_reduce_backlog(sch, pushed - 1, pushed_len - len);
 	return NET_XMIT_CN;
 }
 
-/*
- * Enqueue of @skb, of @band and @key, which can have no flow entry (the
- * table is at its "flows" cap with none idle, or memory ran out): it
- * joins its band's shared flow, so it is still served at its band, in
- * DRR turn with the band's other flows, and no other flow is served at
- * its band because of it.  While its key has packets spilled it goes
- * behind them, in their shared flow, whatever its own band: a flow is
- * never reordered, and there it is its own earlier packets' band it
- * takes.  Returns what p3_enqueue() returns.  Out of line: only a full
- * flow table comes here.
+/* @skb can have no flow entry (cap or no memory): it joins its band's
+ * shared flow, or, while its key has packets spilled, theirs, behind them.
  */
 static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
 			     unsigned long key, u8 band,
@@ -1069,8 +915,8 @@ static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
 	int ret = NET_XMIT_SUCCESS;
 	struct p3_flow *flow;
 
-	/* A packet of a shared flow keeps that flow's band in its cb, even
-	 * past a fold (p3_fold_bands()): the band names the flow.
+	/* A shared flow's packets keep its band in their cb, even past a
+	 * fold (p3_fold_bands()): the band names the flow.
 	 */
 	if (last)
 		band = p3_cb(last)->band;
@@ -1088,12 +934,9 @@ static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
 	return ret;
 }
 
-/*
- * Holds @skb, of @band, which found the qdisc empty: it is the next to
- * leave whatever its flow, so it needs no flow, DRR turn (nor deficit)
- * or size class, only its band.  Most packets on a link that keeps up
- * come this way.  Its band's queue counters are left alone;
- * p3_dump_class_stats() adds it there.
+/* @skb found p3 empty and leaves next: it needs no flow, only its band.
+ * Most packets on a link that keeps up come this way.  It is in no band's
+ * counters (p3_dump_class_stats() adds it).
  */
 static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 {
@@ -1106,9 +949,6 @@ static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 	return NET_XMIT_SUCCESS;
 }
 
-/* Takes the lone packet out, with the qdisc's backlog, as p3_flow_pop()
- * takes a flow's head.
- */
 static struct sk_buff *p3_take_lone(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
@@ -1122,9 +962,8 @@ static struct sk_buff *p3_take_lone(struct Qdisc *sch)
 	return skb;
 }
 
-/* May @skb, of @band, be the lone packet, in place of nothing or of the
- * lone packet?  Not if its band has a deadline (it needs its time stamp
- * and expiry check), nor if it breaks a limit alone (the usual way drops
+/* May @skb be held lone?  Not if its band has a deadline (it needs a stamp
+ * and expiry checks), nor if it breaks a limit alone (the usual path drops
  * it and counts why): no packet is added to those held, and the lone
  * packet is not in memory_usage.
  */
@@ -1136,12 +975,7 @@ static bool p3_may_hold(struct Qdisc *sch, struct sk_buff *skb, u8 band)
 	       !p3_overlimit(sch, 0, skb->truesize);
 }
 
-/*
- * Files the lone packet under its flow, as if it had been enqueued the
- * usual way, while a second packet is being enqueued: from then on the
- * two are ordered by band and flow like any others.  Out of line: only
- * the first packet to wait comes here.
- */
+/* A second packet came: file the lone one as if enqueued the usual way. */
 static noinline void p3_file_lone(struct p3_sched_data *q)
 {
 	struct sk_buff *skb = q->lone;
@@ -1177,7 +1011,6 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 		return -band;
 	}
 
-	/* Alone, it leaves next whatever its flow. */
 	if (!sch->q.qlen && p3_may_hold(sch, skb, band))
 		return p3_hold_lone(skb, sch, band);
 	/* The lone packet first: a lookup may recycle an idle flow, and
@@ -1196,22 +1029,16 @@ static int p3_enqueue(struct sk_buff *skb, struct Qdisc *sch,
 	return NET_XMIT_SUCCESS;
 }
 
-/*
- * A token bucket, kept as the time up to which the link is spent
- * (paid_until; 0: nothing charged since the pacer was set, a full
- * bucket).  A packet is charged before it leaves, as tbf does, not after:
- * a bulk packet waits for its own tokens, and an urgent packet arriving
- * meanwhile is served first on the tokens earned so far, instead of
- * waiting out a bulk packet already sent on credit.
+/* The pacer's bucket is the time the link is spent until (paid_until; 0:
+ * full).  Packets are charged before they leave, as in tbf, so an urgent
+ * packet never waits out a bulk one sent on credit.
  */
 static u64 p3_pacer_cost(const struct p3_sched_data *q, u32 len)
 {
 	return div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 
-/* 0 if the pacer lets a packet of @len bytes go now, else when it will
- * (ns).  Counts nothing: a peek asks it too.
- */
+/* 0 if @len bytes may go now, else when (ns).  Counts nothing: peeks ask. */
 static u64 p3_pacer_due(struct p3_sched_data *q, u32 len)
 {
 	u64 due;
@@ -1239,14 +1066,10 @@ static void p3_pacer_charge(struct p3_sched_data *q, u32 len)
 		return;
 	now = ktime_get_ns();
 	cost = p3_pacer_cost(q, len);
-	/* Credit for the largest packet, and P3_PACE_HORIZON more (set in
-	 * p3_pacer_due(), which sees every packet before this).  The
-	 * horizon makes up for a watchdog that fires late: without it, each
-	 * late wake-up's lateness would be lost for good whenever a packet
-	 * takes longer than the horizon.  The largest packet, not this one: a
-	 * bucket trimmed to each small packet's cost would throw away the
-	 * credit a waiting GSO packet had saved, and more urgent small
-	 * packets arriving every few ms would starve it for good.
+	/* Depth: the largest packet plus P3_PACE_HORIZON (p3_pacer_due()
+	 * saw every packet before this).  The horizon makes up for late
+	 * watchdogs; sized to each packet, small urgent ones every few ms
+	 * would trim away the credit a waiting GSO packet saved, for good.
 	 */
 	if (!q->paid_until || now - q->paid_until > q->pace_depth)
 		q->paid_until = now - min(now, q->pace_depth);
@@ -1269,10 +1092,7 @@ static struct p3_flow *p3_drr_next(struct p3_sched_data *q)
 	}
 }
 
-/* Drops the head packet of @flow, which outlived its band's deadline,
- * and adds its length to *@bytes.  A dropped packet costs its flow no DRR
- * credit: it never used the link.
- */
+/* Drops @flow's expired head, at no DRR cost: it never used the link. */
 static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
@@ -1286,14 +1106,9 @@ static void p3_expire(struct Qdisc *sch, struct p3_flow *flow, u32 *bytes)
 	kfree_skb_reason(skb, SKB_DROP_REASON_QDISC_DROP);
 }
 
-/*
- * Dequeue only: drops the expired packets at the heads of the flows DRR
- * serves next, at most P3_EXPIRE_BATCH (the root lock is held), counting
- * them into *@n and *@bytes.  It stops at a fresh head, at the peeked
- * packet (the parent charged for it), and before the last packet queued:
- * a drop never empties p3, so the parents hear of drops only while p3
- * still holds packets, and a dequeue that finds only expired packets
- * sends one rather than nothing.
+/* Dequeue only.  Stops at a fresh or peeked head, and before the last
+ * packet: a drop never empties p3, so parents hear of drops only while it
+ * holds packets, and a dequeue finding only expired packets sends one.
  */
 static void p3_drop_expired(struct Qdisc *sch, u32 *n, u32 *bytes)
 {
@@ -1311,14 +1126,10 @@ static void p3_drop_expired(struct Qdisc *sch, u32 *n, u32 *bytes)
 }
 
 /*
- * The packet the next dequeue sends, found without dropping anything, and
- * its flow in *@flow; q->active != 0.  DRR picks the flow of the most
- * urgent band; its first packet that has not expired goes, and the
- * expired ones before it are dropped by the dequeue.  A flow with none is
- * stepped over to the next flow of the band, then to the next band.
- * If P3_EXPIRE_BATCH expired packets were stepped over, or every one
- * was, the last one stepped over in DRR's flow goes: late rather than
- * nothing.  Only DRR's rotation changes, as a dequeue would change it.
+ * The first unexpired packet of DRR's flow, else of the next flows and
+ * bands; q->active != 0.  After P3_EXPIRE_BATCH expired ones, or if all
+ * are, the last seen in DRR's flow: late rather than nothing.  Only DRR's
+ * rotation changes, as a dequeue would change it.
  */
 static struct sk_buff *p3_scan(struct p3_sched_data *q, struct p3_flow **flow)
 {
@@ -1354,9 +1165,7 @@ static struct sk_buff *p3_scan(struct p3_sched_data *q, struct p3_flow **flow)
 	}
 }
 
-/* What the next dequeue sends, or NULL if p3 is empty; its flow goes to
- * *@flow (NULL for the lone packet).  Changes nothing but DRR's rotation.
- */
+/* NULL if p3 is empty; *@flow is NULL for the lone packet. */
 static struct sk_buff *p3_next_skb(struct p3_sched_data *q,
 				   struct p3_flow **flow)
 {
@@ -1382,8 +1191,8 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	if (q->tolerant && !q->lone)
 		p3_drop_expired(sch, &dropped, &dropped_len);
 	skb = p3_next_skb(q, &flow);
-	/* The packets before @skb in its flow had expired (p3_scan()); one
-	 * whose band was made reliable since goes first, in flow order.
+	/* Packets before @skb in its flow had expired (p3_scan()); one whose
+	 * band was made reliable since goes first, in flow order.
 	 */
 	while (skb && flow && flow->head != skb) {
 		if (!p3_expired(q, flow->head, &now)) {
@@ -1398,8 +1207,8 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 		q->stats.throttled++;
 		skb = NULL;
 	}
-	/* p3 still holds a packet (no drop takes the last): no parent
-	 * sees it empty from inside its own dequeue.
+	/* No drop takes the last packet: no parent sees p3 empty from
+	 * inside its own dequeue.
 	 */
 	if (dropped)
 		qdisc_tree_reduce_backlog(sch, dropped, dropped_len);
@@ -1427,14 +1236,11 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 }
 
 /*
- * The packet the next dequeue returns, left where it is, and nothing a
- * parent can see changed: no drop, no counter (p3_next_skb()).  A shaping
- * parent (tbf) peeks while it waits for tokens; qdisc_peek_dequeued()
- * would take that packet out of p3 for good, and a more urgent packet
- * arriving during the wait would queue behind it.  So each peek looks
- * afresh, and the dequeue after it sends what it returned.  NULL with
- * packets queued only while the pacer holds them back; the watchdog
- * brings the parent back then.
+ * Not qdisc_peek_dequeued(): a shaping parent (tbf) peeks while waiting for
+ * tokens, and a more urgent packet arriving meanwhile must not queue
+ * behind one taken out.  Each peek looks afresh, changing nothing a parent
+ * sees; the next dequeue sends what it returned.  NULL with packets queued
+ * only while the pacer holds them: its watchdog brings the parent back.
  */
 static struct sk_buff *p3_peek(struct Qdisc *sch)
 {
@@ -1454,14 +1260,13 @@ static struct sk_buff *p3_peek(struct Qdisc *sch)
 	return skb;
 }
 
+/* Freed once RTNL is released, as the qdisc layer does on reset. */
 static void p3_free_skb(struct sk_buff *skb)
 {
-	/* Freed once RTNL is released, as the qdisc layer does on reset. */
 	rtnl_kfree_skbs(skb, skb);
 }
 
-/* Frees every queued packet and every flow. */
-static void p3_purge(struct Qdisc *sch)
+static void p3_reset(struct Qdisc *sch)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	struct p3_flow *flow, *tmp;
@@ -1475,20 +1280,12 @@ static void p3_purge(struct Qdisc *sch)
 	}
 	if (q->lone)
 		p3_free_skb(p3_take_lone(sch));
-	p3_gc_all(q);
+	list_for_each_entry_safe(flow, tmp, &q->idle, band_node)
+		p3_flow_free(q, flow);
 	q->paid_until = 0;
 	q->paced_max_len = 0;
 	q->peeked = NULL;
 }
-
-static void p3_reset(struct Qdisc *sch)
-{
-	p3_purge(sch);
-}
-
-/* ------------------------------------------------------------------ */
-/* Configuration                                                       */
-/* ------------------------------------------------------------------ */
 
 static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 	[TCA_P3_BANDS]		= { .type = NLA_U8 },
@@ -1515,7 +1312,6 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
 }
 
-/* Applies the attributes in @tb over @cfg and validates the result. */
 static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 			   struct netlink_ext_ack *extack)
 {
@@ -1594,9 +1390,7 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 	return 0;
 }
 
-/* Moves every flow into @table of 2^@log buckets: O(flows), once per
- * change of "buckets".
- */
+/* O(flows), once per change of "buckets". */
 static void p3_rehash(struct p3_sched_data *q, struct hlist_head *table,
 		      u32 log)
 {
@@ -1613,7 +1407,6 @@ static void p3_rehash(struct p3_sched_data *q, struct hlist_head *table,
 		}
 }
 
-/* Moves every flow of bands >= @bands into the new least urgent band. */
 static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 {
 	struct p3_flow *flow, *tmp;
@@ -1625,9 +1418,7 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			p3_flow_move(q, flow, bands - 1);
-		/* A band that comes back later starts afresh: counters, and
-		 * reliable.
-		 */
+		/* A band that comes back starts afresh, and reliable. */
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 		memset(&q->bands[i].qstats, 0, sizeof(q->bands[i].qstats));
 		q->bands[i].deadline = 0;
@@ -1636,9 +1427,8 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 	}
 }
 
-/* Installs @cfg, and @table if not NULL; the caller holds the tree lock.
- * Packets over a lowered limit are pushed out from the least urgent bands
- * into @to_free.  Returns the table it replaced, for the caller to free.
+/* Under the tree lock: installs @cfg, and @table unless NULL, pushing out
+ * packets over a lowered limit into @to_free.  Returns the table replaced.
  */
 static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 					   const struct p3_config *cfg,
@@ -1654,9 +1444,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	if (cfg->bands < q->cfg.bands)
 		p3_fold_bands(q, cfg->bands);
 	if (cfg->rate != q->cfg.rate) {
-		/* Pace at the new rate from now on, and wake up a dequeue that
-		 * the old rate put to sleep until some later time.
-		 */
+		/* Wake a dequeue the old rate put to sleep for longer. */
 		q->paid_until = 0;
 		q->paced_max_len = 0;
 		if (sch->q.qlen)
@@ -1674,9 +1462,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	}
 	if (pushed)
 		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
-	/* Idle flows over a lowered cap go now; those holding packets go
-	 * once they empty, by the GC.
-	 */
+	/* Idle flows over a lowered cap go now, others once they empty. */
 	while (q->flows > cfg->flows && p3_gc(q))
 		;
 
@@ -1689,9 +1475,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	return old;
 }
 
-/* Allocates what @cfg needs (the phase that may fail), then commits it
- * under the tree lock (the phase that cannot).
- */
+/* Allocates what may fail, then commits what cannot under the tree lock. */
 static int p3_apply(struct Qdisc *sch, const struct p3_config *cfg,
 		    struct netlink_ext_ack *extack)
 {
@@ -1726,7 +1510,6 @@ static int p3_change(struct Qdisc *sch, struct nlattr *opt,
 	if (err < 0)
 		return err;
 
-	/* Build and validate the whole new configuration first. */
 	cfg = q->cfg;
 	err = p3_config_parse(&cfg, tb, extack);
 	if (err)
@@ -1769,7 +1552,7 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 		NL_SET_ERR_MSG(extack, "No memory for the p3 spill index");
 		return -ENOMEM;
 	}
-	/* There is no flow table yet: applying a configuration makes it. */
+	/* Applying a configuration makes the flow table. */
 	return opt ? p3_change(sch, opt, extack) : p3_apply(sch, &q->cfg, extack);
 }
 
@@ -1779,7 +1562,7 @@ static void p3_destroy(struct Qdisc *sch)
 
 	tcf_block_put(q->block);
 	qdisc_watchdog_cancel(&q->watchdog);
-	p3_purge(sch);
+	p3_reset(sch);
 	kvfree(q->flow_table);
 	kvfree(q->by_size);
 	kvfree(q->spill_index);
@@ -1822,9 +1605,7 @@ static int p3_dump_stats(struct Qdisc *sch, struct gnet_dump *d)
 	return gnet_stats_copy_app(d, &st, sizeof(st));
 }
 
-/* ------------------------------------------------------------------ */
-/* Classes: H:1..H:N, one per band, for statistics and filter targets  */
-/* ------------------------------------------------------------------ */
+/* Classes H:1..H:N are the bands, for statistics and filter targets. */
 
 static struct Qdisc *p3_leaf(struct Qdisc *sch, unsigned long cl)
 {
@@ -1862,7 +1643,6 @@ static const struct nla_policy p3_class_policy[TCA_P3_CLASS_MAX + 1] = {
 	[TCA_P3_CLASS_DEADLINE]	= { .type = NLA_U32 },
 };
 
-/* Sets what a band's class options say; the bands themselves are fixed. */
 static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 			   struct nlattr **tca, unsigned long *arg,
 			   struct netlink_ext_ack *extack)
@@ -1900,9 +1680,7 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 	sch_tree_lock(sch);
 	b = &q->bands[*arg - 1];
 	b->deadline_us = us;
-	/* In stamp units, rounded up so that no packet leaves early; a
-	 * deadline of 1 us or more is never 0, which would mean reliable.
-	 */
+	/* Rounded up: no packet leaves early, and 1 us is not 0 (reliable). */
 	b->deadline = DIV_ROUND_UP_ULL((u64)us * NSEC_PER_USEC,
 				       1U << P3_STAMP_SHIFT);
 	if (us)
