@@ -39,7 +39,11 @@ class Channel(_Closing):
         self._h = handle
         self._bufs = {}
         self._sent_refs = {}    # (tensor, iteration): buffers the library reads
-        self._mu = threading.Condition()
+        # Every call takes _lock twice (_call): a bare Lock, entered from
+        # C, where a Condition's with-block runs Python; _mu is only for
+        # close() to wait on the calls still inside.
+        self._lock = threading.Lock()
+        self._mu = threading.Condition(self._lock)
         self._users = 0
 
     @classmethod
@@ -61,17 +65,18 @@ class Channel(_Closing):
     def _call(self, fn, *args):
         """fn(handle, *args), the handle held open for the call's length:
         close() waits for it instead of freeing it under the call."""
-        with self._mu:
-            if not self._h:
+        with self._lock:
+            h = self._h
+            if not h:
                 raise ClosedError(_CODES['ECLOSED'], 'channel is closed')
             self._users += 1
-            h = self._h
         try:
             return fn(h, *args)
         finally:
-            with self._mu:
+            with self._lock:
                 self._users -= 1
-                if not self._users:
+                # Only a close() in progress (it cleared _h) waits.
+                if not self._users and self._h is None:
                     self._mu.notify_all()
 
     # sender
@@ -91,7 +96,7 @@ class Channel(_Closing):
             _check(self._call(_send, int(level), int(prio), key[1], key[0],
                               int(offset), b.ptr, b.nbytes, _ms(timeout)), 'send')
             return
-        with self._mu:
+        with self._lock:
             self._sent_refs.setdefault(key, []).append(b)
         try:
             _check(self._call(_send_ref, int(level), int(prio), key[1], key[0],
@@ -102,17 +107,20 @@ class Channel(_Closing):
             raise
 
     def _unref(self, key):
-        with self._mu:
-            refs = self._sent_refs.get(key)
-            if refs:
-                refs.pop()
-                if not refs:
-                    del self._sent_refs[key]
+        with self._lock:
+            self._unref_locked(key)
+
+    def _unref_locked(self, key):
+        refs = self._sent_refs.get(key)
+        if refs:
+            refs.pop()
+            if not refs:
+                del self._sent_refs[key]
 
     @property
     def sending(self) -> int:
         """Buffers sent with copy=False that the library may still read."""
-        with self._mu:
+        with self._lock:
             return sum(len(v) for v in self._sent_refs.values())
 
     def wait_sent(self, timeout: Timeout = None) -> list:
@@ -158,7 +166,7 @@ class Channel(_Closing):
         # Held until its completion is popped: the library writes into it.
         # Filed first, so that a completion racing in from the progress
         # thread always finds it.
-        with self._mu:
+        with self._lock:
             self._bufs.setdefault(key, collections.deque()).append(b)
         try:
             _check(self._call(_expect, key[0], b.ptr, b.nbytes, key[1]),
@@ -172,17 +180,20 @@ class Channel(_Closing):
         released.  A frame of it half read is discarded, later ones wait
         as for a tensor never registered."""
         _check(self._call(_cancel, int(tensor)), 'cancel')
-        with self._mu:
+        with self._lock:
             for key in [k for k in self._bufs if k[0] == int(tensor)]:
                 del self._bufs[key]
 
     def _release(self, tensor, iteration, newest=False):
-        with self._mu:
-            q = self._bufs.get((tensor, iteration))
-            if q:
-                q.pop() if newest else q.popleft()
-                if not q:
-                    del self._bufs[(tensor, iteration)]
+        with self._lock:
+            self._release_locked((tensor, iteration), newest)
+
+    def _release_locked(self, key, newest=False):
+        q = self._bufs.get(key)
+        if q:
+            q.pop() if newest else q.popleft()
+            if not q:
+                del self._bufs[key]
 
     def _take(self, h):
         done = []
@@ -197,12 +208,15 @@ class Channel(_Closing):
         seconds; returns the completions that are ready."""
         _check(self._call(_poll, _ms(timeout)), 'poll')
         done = self._call(self._take)
-        for d in done:
-            # A sender's completions are its copy=False buffers'.
-            if (d.tensor, d.iteration) in self._sent_refs:
-                self._unref((d.tensor, d.iteration))
-            else:
-                self._release(d.tensor, d.iteration)
+        if done:
+            with self._lock:
+                for d in done:
+                    key = (d.tensor, d.iteration)
+                    # A sender's completions are its copy=False buffers'.
+                    if key in self._sent_refs:
+                        self._unref_locked(key)
+                    else:
+                        self._release_locked(key)
         return done
 
     def wait(self, timeout: Timeout = None) -> list:
@@ -240,7 +254,7 @@ class Channel(_Closing):
         wait() has not yet returned: `while rx.pending: rx.poll(...)`
         misses none, even when the progress engine completes the last
         ones after a poll."""
-        with self._mu:
+        with self._lock:
             return sum(len(q) for q in self._bufs.values())
 
     @property

@@ -81,7 +81,10 @@ class Exchange(Reducer):
         self.bytes_returned = 0
         self._plans = {}            # (peer, message, pull): its p3.Plan
         self.bytes_resent = 0
-        self.cv = threading.Condition()
+        # Taken as a bare Lock (entered from C: a Condition's with-block
+        # runs Python), several times per message; cv waits on it.
+        self.lock = threading.Lock()
+        self.cv = threading.Condition(self.lock)
         self.error = None           # the exchange's own failure: always raised
         self.lost = {}              # peer: its PeerError (its channel failed)
         self.slice_done = [False] * layout.ns   # averaged, this step
@@ -182,7 +185,7 @@ class Exchange(Reducer):
                                self.avg[i].numpy(), it)
             self.sparse.feedback(i, self.grad[i].numpy())
         pushes, local = [], False
-        with self.cv:
+        with self.lock:
             self._raise()
             if self.lost:           # a backward hook runs once per tensor
                 self._raise_lost(self.lay.owner[m]
@@ -216,7 +219,7 @@ class Exchange(Reducer):
     def end_step(self):
         """Backward is over: the parameters it produced no gradient for
         (their slices could never be complete)."""
-        with self.cv:
+        with self.lock:
             missing = [i for i, seen in enumerate(self.seen) if not seen]
             self.seen = [False] * len(self.seen)
             return missing
@@ -224,7 +227,7 @@ class Exchange(Reducer):
     def wait(self, indices, deadline):
         """Block until tensors indices are averaged; raise on a peer's
         failure or at the deadline (time.monotonic())."""
-        with self.cv:
+        with self.lock:
             while True:
                 # Data that arrived counts even if its sender left since.
                 if all(self.tensor_left[i] == 0 for i in indices):
@@ -243,13 +246,13 @@ class Exchange(Reducer):
     def done_now(self):
         """The tensors averaged already.  A peer's failure is not raised
         here: the next wait() that needs that peer raises it."""
-        with self.cv:
+        with self.lock:
             return [i for i, n in enumerate(self.tensor_left) if n == 0]
 
     def recycle(self, indices, it):
         """Tensors indices were applied for step it: take step it + 1's
         (a unit's averages once all its tensors are applied)."""
-        with self.cv:
+        with self.lock:
             for i in indices:
                 self.tensor_left[i] = len(self.lay.tensor_slices[i])
                 for s in self.lay.tensor_slices[i]:
@@ -277,7 +280,7 @@ class Exchange(Reducer):
     def _needs(self, indices):
         """The peers the slices of tensors indices not yet averaged this
         step wait for: each one's owner, and for the ones this rank owns
-        every peer (their pushes).  Under cv."""
+        every peer (their pushes).  Under lock."""
         for i in indices:
             if not self.tensor_left[i]:
                 continue

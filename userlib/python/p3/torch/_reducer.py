@@ -66,7 +66,7 @@ class Reducer:
                             sel.unregister(key.fd)
                 if self.lossy:
                     self._drain_datagrams()
-                with self.cv:
+                with self.lock:
                     local, self._local = self._local, []
                 for m, it in local:
                     self._reduce_if_complete(m, it)
@@ -80,14 +80,14 @@ class Reducer:
 
     def _fail(self, error):
         """A thread's error, handed to the main thread's next call."""
-        with self.cv:
+        with self.lock:
             if self.error is None:
                 self.error = error
             self.cv.notify_all()
 
     def _lose(self, q, e):
         """Rank q's channel failed (e): a wait that needs q raises."""
-        with self.cv:
+        with self.lock:
             if q not in self.lost:
                 self.lost[q] = PeerError(
                     'p3.torch: rank %d lost its exchange with rank %d: %s'
@@ -144,7 +144,7 @@ class Reducer:
 
     def _pushed(self, m, it):
         """A push of (a unit of) message m is in, whole."""
-        with self.cv:
+        with self.lock:
             self.push_left[m] -= 1
         self._reduce_if_complete(m, it)
 
@@ -178,7 +178,7 @@ class Reducer:
             self._slices_done(self.units.units[u].slices)
 
     def _reduce_if_complete(self, m, it):
-        with self.cv:
+        with self.lock:
             if self.push_left[m] or self.local_left[m]:
                 return
             self.push_left[m] = len(self.units.of_msg[m]) * len(self.peers)
@@ -243,7 +243,7 @@ class Reducer:
                             % (q, s, e)) from e
 
     def _slices_done(self, slices):
-        with self.cv:
+        with self.lock:
             for s in slices:
                 t = self.lay.slices[s].tensor
                 self.slice_done[s] = True

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""Is p3.torch as fast as DDP at N ranks on this host?  Launches
+bench/ddp/rank.py under torchrun once per mode and round, alternating
+DDP and p3 (each launch trains one mode from a fresh process: a mode
+that ran second in a process ran up to 15% faster, whichever it was, as
+the first mode's memory stayed mapped), and prints one table: each
+arm's seconds a step under DDP and p3, p3's speed against DDP (DDP's
+time over p3's, the rounds paired; above 1 is faster), and rank 0's CPU
+a step by thread.  --lib NAME=PATH adds an arm that runs p3 with
+another libp3 (P3_LIB), in the same alternation, for a before/after.
+
+    bench/ddp/ranks.py [--ranks 16] [--rounds 6] [--lib old=/path/libp3.so]
+        [--out build/bench-ddp/ranks.jsonl]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, '..', '..')
+
+
+def launch(a, mode, tag, lib, out):
+    """One torchrun of rank.py: rank 0's JSON line."""
+    env = dict(os.environ)
+    if lib:
+        env['P3_LIB'] = lib
+    with tempfile.NamedTemporaryFile('r', suffix='.jsonl') as f:
+        cmd = ['torchrun', '--nproc_per_node', str(a.ranks),
+               '--redirects', '2', '--tee', '2',
+               os.path.join(HERE, 'rank.py'), '--mode', mode,
+               '--model', a.model, '--batch', str(a.batch),
+               '--steps', str(a.steps), '--warmup', str(a.warmup),
+               '--tag', tag, '--out', f.name]
+        r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode:
+            sys.exit('bench/ddp/ranks: %s failed (exit %d):\n%s'
+                     % (' '.join(cmd), r.returncode, r.stdout[-3000:]))
+        row = json.loads(f.readline())
+    with open(out, 'a') as o:
+        o.write(json.dumps(row) + '\n')
+    return row
+
+
+def cpu(row):
+    """Rank 0's CPU a step, its main thread's, and libp3's engine's, ms."""
+    t = row['thread_cpu_s']
+    return (1000 * sum(row['cpu_s']) / len(row['cpu_s']),
+            1000 * t.get('MainThread', 0), 1000 * t.get('p3-engine', 0))
+
+
+def table(rows, arms):
+    ddp = [r for r in rows if r['mode'] == 'ddp']
+    lines = ['| libp3 | DDP s/step | p3 s/step | p3 ÷ DDP (rounds) | '
+             'rank 0 CPU ms/step, DDP → p3 (main; engine) |',
+             '|---|---:|---:|---:|---|']
+    for arm in arms:
+        p3 = [r for r in rows if r['mode'] == 'p3' and r['tag'] == arm]
+        pair = [d['mean_s'] / p['mean_s'] for d, p in zip(ddp, p3)]
+        m = lambda rs, f: sum(f(r) for r in rs) / len(rs)
+        lines.append(
+            '| %s | %.3f | %.3f | %.2f× (%.2f–%.2f) | %.1f → %.1f '
+            '(%.1f → %.1f; %.1f) |' % (
+                arm, m(ddp, lambda r: r['mean_s']),
+                m(p3, lambda r: r['mean_s']),
+                m(ddp, lambda r: r['mean_s']) / m(p3, lambda r: r['mean_s']),
+                min(pair), max(pair),
+                m(ddp, lambda r: cpu(r)[0]), m(p3, lambda r: cpu(r)[0]),
+                m(ddp, lambda r: cpu(r)[1]), m(p3, lambda r: cpu(r)[1]),
+                m(p3, lambda r: cpu(r)[2])))
+    return '\n'.join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument('--ranks', type=int, default=16)
+    ap.add_argument('--rounds', type=int, default=6)
+    ap.add_argument('--model', default='squeezenet1_1')
+    ap.add_argument('--batch', type=int, default=2)
+    ap.add_argument('--steps', type=int, default=24)
+    ap.add_argument('--warmup', type=int, default=12)
+    ap.add_argument('--lib', action='append', default=[], metavar='NAME=PATH',
+                    help='an arm running p3 with this libp3 as well')
+    ap.add_argument('--out', default=os.path.join(ROOT, 'build', 'bench-ddp',
+                                                  'ranks.jsonl'))
+    a = ap.parse_args()
+    arms = {'this': None}
+    for spec in a.lib:
+        name, sep, path = spec.partition('=')
+        if not sep or not os.path.isfile(path):
+            ap.error('--lib takes NAME=PATH to a libp3.so, not %r' % spec)
+        arms[name] = os.path.abspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    rows, n = [], a.rounds * (1 + len(arms))
+    for k in range(a.rounds):
+        # Each round in another order: no arm always follows the same one.
+        order = [('ddp', 'ddp', None)] + [('p3', t, p) for t, p in arms.items()]
+        order = order[k % len(order):] + order[:k % len(order)]
+        for mode, tag, lib in order:
+            row = launch(a, mode, tag, lib, a.out)
+            rows.append(row)
+            print('bench/ddp/ranks: %d/%d %s %s: %.3f s a step'
+                  % (len(rows), n, mode, tag, row['mean_s']), flush=True)
+    print(table(rows, list(arms)))
+
+
+if __name__ == '__main__':
+    main()
