@@ -7,10 +7,12 @@ that ran second in a process ran up to 15% faster, whichever it was, as
 the first mode's memory stayed mapped), and prints one table: each
 arm's seconds a step under DDP and p3, p3's speed against DDP (DDP's
 time over p3's, the rounds paired; above 1 is faster), and rank 0's CPU
-a step by thread.  --lib NAME=PATH adds an arm that runs p3 with
-another libp3 (P3_LIB), in the same alternation, for a before/after.
+a step by thread.  --tree NAME=DIR adds an arm that runs p3 from
+another checkout (its rank.py, Python package and built libp3), in the
+same alternation, for a before/after:
 
-    bench/ddp/ranks.py [--ranks 16] [--rounds 6] [--lib old=/path/libp3.so]
+    git worktree add /tmp/before REV && make -C /tmp/before/userlib
+    bench/ddp/ranks.py [--ranks 16] [--rounds 6] [--tree before=/tmp/before]
         [--out build/bench-ddp/ranks.jsonl]
 """
 import argparse
@@ -24,15 +26,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..', '..')
 
 
-def launch(a, mode, tag, lib, out):
-    """One torchrun of rank.py: rank 0's JSON line."""
+def launch(a, mode, tag, tree, out):
+    """One torchrun of tree's rank.py: rank 0's JSON line."""
     env = dict(os.environ)
-    if lib:
-        env['P3_LIB'] = lib
+    env['P3_LIB'] = os.path.join(tree, 'build', 'userlib', 'libp3.so')
+    env.pop('PYTHONPATH', None)     # rank.py finds its tree's package
     with tempfile.NamedTemporaryFile('r', suffix='.jsonl') as f:
         cmd = ['torchrun', '--nproc_per_node', str(a.ranks),
                '--redirects', '2', '--tee', '2',
-               os.path.join(HERE, 'rank.py'), '--mode', mode,
+               os.path.join(tree, 'bench', 'ddp', 'rank.py'), '--mode', mode,
                '--model', a.model, '--batch', str(a.batch),
                '--steps', str(a.steps), '--warmup', str(a.warmup),
                '--tag', tag, '--out', f.name]
@@ -56,7 +58,7 @@ def cpu(row):
 
 def table(rows, arms):
     ddp = [r for r in rows if r['mode'] == 'ddp']
-    lines = ['| libp3 | DDP s/step | p3 s/step | p3 ÷ DDP (rounds) | '
+    lines = ['| p3 from | DDP s/step | p3 s/step | p3 ÷ DDP (rounds) | '
              'rank 0 CPU ms/step, DDP → p3 (main; engine) |',
              '|---|---:|---:|---:|---|']
     for arm in arms:
@@ -85,25 +87,28 @@ def main():
     ap.add_argument('--batch', type=int, default=2)
     ap.add_argument('--steps', type=int, default=24)
     ap.add_argument('--warmup', type=int, default=12)
-    ap.add_argument('--lib', action='append', default=[], metavar='NAME=PATH',
-                    help='an arm running p3 with this libp3 as well')
+    ap.add_argument('--tree', action='append', default=[], metavar='NAME=DIR',
+                    help='an arm running p3 from this checkout as well')
     ap.add_argument('--out', default=os.path.join(ROOT, 'build', 'bench-ddp',
                                                   'ranks.jsonl'))
     a = ap.parse_args()
-    arms = {'this': None}
-    for spec in a.lib:
+    arms = {'this': os.path.abspath(ROOT)}
+    for spec in a.tree:
         name, sep, path = spec.partition('=')
-        if not sep or not os.path.isfile(path):
-            ap.error('--lib takes NAME=PATH to a libp3.so, not %r' % spec)
+        if not sep or not os.path.isfile(os.path.join(
+                path, 'build', 'userlib', 'libp3.so')):
+            ap.error('--tree takes NAME=DIR, a checkout with libp3 built, '
+                     'not %r' % spec)
         arms[name] = os.path.abspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     rows, n = [], a.rounds * (1 + len(arms))
     for k in range(a.rounds):
         # Each round in another order: no arm always follows the same one.
-        order = [('ddp', 'ddp', None)] + [('p3', t, p) for t, p in arms.items()]
+        order = ([('ddp', 'ddp', arms['this'])]
+                 + [('p3', t, p) for t, p in arms.items()])
         order = order[k % len(order):] + order[:k % len(order)]
-        for mode, tag, lib in order:
-            row = launch(a, mode, tag, lib, a.out)
+        for mode, tag, tree in order:
+            row = launch(a, mode, tag, tree, a.out)
             rows.append(row)
             print('bench/ddp/ranks: %d/%d %s %s: %.3f s a step'
                   % (len(rows), n, mode, tag, row['mean_s']), flush=True)
