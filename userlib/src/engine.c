@@ -21,7 +21,11 @@
  * poll() is, and keyed by channel and band as well as descriptor: one
  * that another channel or band asks for is registered afresh, because its
  * number may be a new socket's.  A channel added or removed makes a new
- * set, and any failure of epoll falls back to poll() for that pass.
+ * set, and any failure of epoll falls back to poll() for that pass.  So
+ * does a socket closed while still in the set where a forked child holds
+ * it too: the set keeps a description until every descriptor of it is
+ * closed, and this one can no longer be named to take it out, so the set
+ * is made anew rather than report it forever.
  *
  * A kick (chan_kick(): a message queued, a tensor registered) writes one
  * process-wide eventfd that the poll includes.  The engine drains it right
@@ -61,6 +65,7 @@ struct reg {
 	unsigned int		band;
 	short			events;
 	unsigned int		at;	/* its pfd index in the pass that wants it */
+	uint32_t		serial;	/* of its ADD: an event of an older one is stale */
 	uint64_t		pass;	/* that pass */
 };
 
@@ -80,6 +85,7 @@ struct pass {
 	size_t		creg;
 	int		*fds;		/* the descriptors in the set */
 	size_t		nfds, cfds;
+	uint32_t	serials;	/* ADDs so far */
 	struct epoll_event *ev;
 	size_t		cev;
 };
@@ -200,10 +206,17 @@ static int any_revents(const struct pollfd *pfd, unsigned int n)
 	return 0;
 }
 
-/* An empty epoll set holding the wake eventfd (data -1), or -1. */
+/* An event's data: the descriptor, and the serial of its ADD. */
+#define WAKE_DATA	UINT64_MAX
+static uint64_t ev_data(uint32_t serial, int fd)
+{
+	return (uint64_t)serial << 32 | (uint32_t)fd;
+}
+
+/* An empty epoll set holding the wake eventfd, or -1. */
 static void set_reset(struct pass *p)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.fd = -1 };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = WAKE_DATA };
 	size_t i;
 
 	if (p->epfd >= 0)
@@ -224,7 +237,7 @@ static void set_reset(struct pass *p)
 static int set_want(struct pass *p, const struct p3_chan *c, unsigned int band, unsigned int at)
 {
 	const struct pollfd *f = &p->pfd[at];
-	struct epoll_event ev = { .events = (uint32_t)(unsigned short)f->events, .data.fd = f->fd };
+	struct epoll_event ev = { .events = (uint32_t)(unsigned short)f->events };
 	struct reg *r;
 	size_t old = p->creg;
 	void *q;
@@ -242,6 +255,7 @@ static int set_want(struct pass *p, const struct p3_chan *c, unsigned int band, 
 	if (r->c == c && r->band == band && r->events == f->events)
 		return 0;
 	if (r->c && r->c == c && r->band == band) {
+		ev.data.u64 = ev_data(r->serial, f->fd);
 		if (!epoll_ctl(p->epfd, EPOLL_CTL_MOD, f->fd, &ev)) {
 			r->events = f->events;
 			return 0;
@@ -259,15 +273,17 @@ static int set_want(struct pass *p, const struct p3_chan *c, unsigned int band, 
 		p->fds[p->nfds++] = f->fd;
 	}
 	r->c = NULL;
+	ev.data.u64 = ev_data(++p->serials, f->fd);
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, f->fd, &ev))
 		return -errno;
 	*r = (struct reg){ .c = c, .band = band, .events = f->events, .at = at,
-			   .pass = p->count };
+			   .serial = p->serials, .pass = p->count };
 	return 0;
 }
 
-/* Takes out of the set every descriptor this pass did not ask for (a
- * closed one is gone from it already: the error is of no matter). */
+/* Takes out of the set every descriptor this pass did not ask for.  One
+ * that cannot be named any more (closed) may still be in it: then the set
+ * is made anew at the next pass. */
 static void set_prune(struct pass *p)
 {
 	size_t i = 0;
@@ -279,8 +295,8 @@ static void set_prune(struct pass *p)
 			i++;
 			continue;
 		}
-		if (p->reg[fd].c)
-			(void)epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (p->reg[fd].c && epoll_ctl(p->epfd, EPOLL_CTL_DEL, fd, NULL) && errno != ENOENT)
+			p->version = p->listed - 1;
 		p->reg[fd].c = NULL;
 		p->fds[i] = p->fds[--p->nfds];
 	}
@@ -322,13 +338,17 @@ static int pass_wait_epoll(struct pass *p, unsigned int nfd)
 	for (i = 0; i <= nfd; i++)
 		p->pfd[i].revents = 0;
 	for (k = 0; k < n; k++) {
-		if (p->ev[k].data.fd < 0) {
+		uint64_t d = p->ev[k].data.u64;
+
+		if (d == WAKE_DATA) {
 			p->pfd[nfd].revents = POLLIN;
 			continue;
 		}
-		r = &p->reg[p->ev[k].data.fd];
-		if (r->c && r->pass == p->count)
+		r = &p->reg[(int)(uint32_t)d];
+		if (r->c && r->pass == p->count && r->serial == (uint32_t)(d >> 32))
 			p->pfd[r->at].revents = (short)p->ev[k].events;
+		else	/* a description closed here, held open elsewhere */
+			p->version = p->listed - 1;
 	}
 	return 0;
 }

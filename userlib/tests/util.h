@@ -120,7 +120,9 @@ fail:
 }
 
 /* This process's threads named as libp3 names its engine. */
-static inline int engines_named(void)
+/* Threads named p3-engine in this process; the first one's id goes to
+ * tid (if not NULL). */
+static inline int engine_tasks(char *tid, size_t len)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
@@ -134,14 +136,20 @@ static inline int engines_named(void)
 			continue;
 		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
 		f = fopen(path, "r");
-		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-engine\n"))
-			n++;
+		if (f && fgets(comm, sizeof(comm), f) && !strcmp(comm, "p3-engine\n") &&
+		    !n++ && tid)
+			snprintf(tid, len, "%s", e->d_name);
 		if (f)
 			fclose(f);
 	}
 	if (d)
 		closedir(d);
 	return n;
+}
+
+static inline int engines_named(void)
+{
+	return engine_tasks(NULL, 0);
 }
 
 #endif /* P3_TEST_UTIL_H */
