@@ -491,6 +491,7 @@ static void test_fork(void)
 #endif
 }
 
+#ifndef __SANITIZE_THREAD__	/* test_fork_holds() alone uses these */
 /* CPU ticks (utime + stime) the engine thread has used, or -1. */
 static long engine_ticks(void)
 {
@@ -527,6 +528,7 @@ static void open_fds(uint64_t set[16])
 	if (d)
 		closedir(d);
 }
+#endif
 
 /*
  * A child forked without exec holds every socket the parent has.  When
