@@ -254,7 +254,7 @@ static int set_want(struct pass *p, const struct p3_chan *c, unsigned int band, 
 	r->pass = p->count;
 	if (r->c == c && r->band == band && r->events == f->events)
 		return 0;
-	if (r->c && r->c == c && r->band == band) {
+	if (r->c == c && r->band == band) {	/* c is never NULL */
 		ev.data.u64 = ev_data(r->serial, f->fd);
 		if (!epoll_ctl(p->epfd, EPOLL_CTL_MOD, f->fd, &ev)) {
 			r->events = f->events;
