@@ -297,9 +297,9 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 }
 
 /*
- * What every packet goes through is __always_inline, as gcc kept it out of
- * line (docs/benchmarks.md, "Overhead"); what only rare paths need is
- * noinline, keeping its code and stack canary off the common path.
+ * What every queued packet goes through is __always_inline, as gcc kept it
+ * out of line; what only rare paths need is noinline, keeping its code and
+ * stack canary off the common path (docs/benchmarks.md, "Inlining").
  */
 
 /*

@@ -90,6 +90,35 @@ def measure(spec, kind, flows, seconds):
     return rec
 
 
+def flood_session(out, name, measure_all):
+    """Sets up the forwarded flood, runs measure_all(), which returns the
+    records, tears down, and writes them to @out/@name with the kernel's
+    complaints.  Returns (records, complaints)."""
+    os.makedirs(out, exist_ok=True)
+    klog = KernelLog()
+    topology(ipv6=False)
+    router()
+    drop_at_receiver()
+    try:
+        runs = measure_all()
+    finally:
+        sh(f"tc qdisc del dev {SDEV} root", ns=SND, check=False)
+        teardown()
+    problems = klog.new_problems()
+    with open(os.path.join(out, name), "w") as f:
+        json.dump({"runs": runs, "kernel_problems": problems,
+                   "kernel": os.uname().release}, f, indent=1)
+    return runs, problems
+
+
+def markdown(head, rows):
+    """A Markdown table: the @head cells, then (label, cells) rows."""
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    lines += [f"| {label} | " + " | ".join(cells) + " |"
+              for label, cells in rows]
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.
@@ -100,14 +129,10 @@ def main():
     ap.add_argument("--flows", default=",".join(map(str, FLOWS)))
     cfg = ap.parse_args()
     flows = [int(x) for x in cfg.flows.split(",")]
-    os.makedirs(cfg.out, exist_ok=True)
     sh("modprobe sch_p3")
-    klog = KernelLog()
-    topology(ipv6=False)
-    router()
-    drop_at_receiver()
-    runs = []
-    try:
+
+    def measure_all():
+        runs = []
         for n in flows:
             for label, spec, _ in QDISCS:
                 rec = measure(spec, spec.split()[0], n, cfg.seconds)
@@ -121,12 +146,9 @@ def main():
                       + (f", {made:.3f} flows made per packet"
                          if made is not None else "") + ")",
                       file=sys.stderr, flush=True)
-    finally:
-        teardown()
-    problems = klog.new_problems()
-    with open(os.path.join(cfg.out, "flowcost.json"), "w") as f:
-        json.dump({"runs": runs, "kernel_problems": problems,
-                   "kernel": os.uname().release}, f, indent=1)
+        return runs
+
+    runs, problems = flood_session(cfg.out, "flowcost.json", measure_all)
     print(table(runs, flows))
     return 1 if problems else 0
 
@@ -137,8 +159,7 @@ def table(runs, flows):
     of the qdisc itself), and that excess against the fewest flows."""
     ipp = {(r["label"], r["flows"]): r["insns_per_packet"] for r in runs}
     live = {(r["label"], r["flows"]): r.get("flows_live") for r in runs}
-    head = "| qdisc | " + " | ".join(f"{n} flows" for n in flows) + " |"
-    lines = [head, "|---" * (len(flows) + 1) + "|"]
+    rows = []
     for label, _, ref in QDISCS:
         cells = []
         for n in flows:
@@ -153,9 +174,8 @@ def table(runs, flows):
             if live[(label, n)] is not None:
                 cell += f" [{live[(label, n)]:,} flows]"
             cells.append(cell)
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
+        rows.append((label, cells))
+    return markdown(["qdisc"] + [f"{n} flows" for n in flows], rows)
 
 if __name__ == "__main__":
     sys.exit(main())
