@@ -25,7 +25,9 @@
 
 #include "compat.h"
 
-/* An empty flow keeps its DRR deficit this long, then may be recycled. */
+/* An empty flow's entry, and so its DRR deficit, is not taken over by a
+ * new flow for this long, unless the table is at its "flows" cap.
+ */
 #define P3_FLOW_IDLE	HZ
 /* Freed later than recycled: new flows reuse entries, not the allocator. */
 #define P3_FLOW_EXPIRE	(2 * P3_FLOW_IDLE)
@@ -41,7 +43,7 @@
  * watchdog, and bounds bursts at rate x P3_PACE_HORIZON plus that packet.
  */
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
-/* A byte cap below one GSO packet's truesize would drop everything. */
+/* A byte cap below a full GSO packet's truesize would drop every one. */
 #define P3_MIN_MEMORY	(64U << 10)
 /* Loss-tolerant packets' enqueue time, in 2^10 ns modulo 2^24 (17 s, past
  * TCA_P3_CLASS_MAX_DEADLINE_US) to fit skb->cb; older ones may go late.
@@ -123,7 +125,9 @@ struct p3_sched_data {
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
 	/* Last peek's packet and flow (NULL: lone): the parent charged it, so
-	 * the next dequeue sends it, expired or not; overflow never takes it.
+	 * the next dequeue sends it, expired or not (or an earlier packet of
+	 * its flow whose band was made reliable since); overflow never takes
+	 * it.
 	 */
 	struct sk_buff		*peeked;
 	struct p3_flow		*peeked_flow;
@@ -131,6 +135,10 @@ struct p3_sched_data {
 	struct sk_buff		*lone;
 	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
+	/* All TCA_P3_MAX_BANDS, whatever "bands" is, so that a change never
+	 * allocates; apart, as they would make the qdisc an order-2 kzalloc.
+	 */
+	struct p3_band		*bands;
 	struct p3_config	cfg;
 
 	/* enqueue: classification and flow lookup */
@@ -149,7 +157,6 @@ struct p3_sched_data {
 
 	struct tc_p3_xstats	stats;		/* under the qdisc lock */
 	struct qdisc_watchdog	watchdog;	/* pacing */
-	struct p3_band		bands[TCA_P3_MAX_BANDS];
 };
 
 static struct kmem_cache *p3_flow_cache __read_mostly;
@@ -432,13 +439,17 @@ static struct p3_flow *p3_flow_recycle(struct p3_sched_data *q)
 	list_del(&flow->band_node);
 	hlist_del(&flow->hash_node);
 	memset(flow, 0, sizeof(*flow));
+	/* Counted as collected, and as created again: flows stays
+	 * flows_created - flows_gc.
+	 */
 	q->flows--;
 	q->stats.flows_gc++;
 	return flow;
 }
 
 /* The spill index: each key's newest spilled packet, marked spill_last and
- * chained by skb->prev.  It takes no memory, so cannot fail as the table did.
+ * chained by skb->prev.  It takes no memory, so it cannot fail where a flow
+ * entry could not be had.
  */
 static struct sk_buff **p3_spill_bucket(struct p3_sched_data *q,
 					unsigned long key)
@@ -792,7 +803,7 @@ static u64 p3_bands_from(const struct p3_sched_data *q, u8 serve)
  * more urgent one.  A loss-tolerant victim first, least urgent band first,
  * else the least urgent band's.
  */
-static int p3_victim(struct p3_sched_data *q, u8 serve)
+static int p3_victim_band(struct p3_sched_data *q, u8 serve)
 {
 	u64 bands = p3_bands_from(q, serve) & q->tolerant;
 	struct p3_flow *flow;
@@ -879,10 +890,10 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 			q->stats.drops_tolerant++;
 		return qdisc_drop(skb, sch, to_free);
 	}
-	/* It is possible, so p3_victim() finds a band until it fits. */
+	/* It is possible, so p3_victim_band() finds a band until it fits. */
 	while ((cause = p3_overlimit(sch, 1, skb->truesize))) {
 		(*cause)++;
-		if (p3_drop_from(sch, p3_victim(q, serve), &pushed_len,
+		if (p3_drop_from(sch, p3_victim_band(q, serve), &pushed_len,
 				 to_free) == flow)
 			own_loss = true;
 		pushed++;
@@ -890,9 +901,10 @@ static noinline int p3_enqueue_full(struct sk_buff *skb, struct Qdisc *sch,
 
 	p3_admit(sch, flow, skb, band);
 
-	/* Only the flow that paid gets NET_XMIT_CN (as in fq_codel): TCP
-	 * cuts its window on it, so other flows' losses would starve an
-	 * urgent flow whenever less urgent traffic overflows.
+	/* Only the flow that paid gets NET_XMIT_CN (as in fq_codel; for a
+	 * spilled packet, the shared flow it joined): TCP cuts its window on
+	 * it, so other flows' losses would starve an urgent flow whenever
+	 * less urgent traffic overflows.
 	 */
 	if (!own_loss) {
 		qdisc_tree_reduce_backlog(sch, pushed, pushed_len);
@@ -934,9 +946,10 @@ static noinline int p3_spill(struct sk_buff *skb, struct Qdisc *sch,
 	return ret;
 }
 
-/* @skb found p3 empty and leaves next: it needs no flow, only its band.
- * Most packets on a link that keeps up come this way.  It is in no band's
- * counters (p3_dump_class_stats() adds it).
+/* @skb found p3 empty: while alone it needs no flow, only its band; a
+ * second packet files it under its flow (p3_file_lone()).  Most packets on
+ * a link that keeps up come this way.  It is in no band's counters
+ * (p3_dump_class_stats() adds it).
  */
 static int p3_hold_lone(struct sk_buff *skb, struct Qdisc *sch, u8 band)
 {
@@ -963,9 +976,8 @@ static struct sk_buff *p3_take_lone(struct Qdisc *sch)
 }
 
 /* May @skb be held lone?  Not if its band has a deadline (it needs a stamp
- * and expiry checks), nor if it breaks a limit alone (the usual path drops
- * it and counts why): no packet is added to those held, and the lone
- * packet is not in memory_usage.
+ * and expiry checks), nor if its truesize alone breaks the memory cap (the
+ * usual path then drops it and counts why).
  */
 static bool p3_may_hold(struct Qdisc *sch, struct sk_buff *skb, u8 band)
 {
@@ -1038,7 +1050,9 @@ static u64 p3_pacer_cost(const struct p3_sched_data *q, u32 len)
 	return div64_u64((u64)len * NSEC_PER_SEC, q->cfg.rate);
 }
 
-/* 0 if @len bytes may go now, else when (ns).  Counts nothing: peeks ask. */
+/* 0 if @len bytes may go now, else when (ns).  Bumps no counter, as peeks
+ * ask too; records @len if it is the largest packet yet.
+ */
 static u64 p3_pacer_due(struct p3_sched_data *q, u32 len)
 {
 	u64 due;
@@ -1082,7 +1096,9 @@ static struct p3_flow *p3_drr_next(struct p3_sched_data *q)
 	struct p3_band *b = &q->bands[__ffs64(q->active)];
 	struct p3_flow *flow;
 
-	/* Every pass adds a quantum, so this ends within one round. */
+	/* Every pass adds a quantum, so this ends within (largest packet /
+	 * quantum) + 1 rounds.
+	 */
 	for (;;) {
 		flow = list_first_entry(&b->flows, struct p3_flow, band_node);
 		if (flow->deficit > 0)
@@ -1272,6 +1288,8 @@ static void p3_reset(struct Qdisc *sch)
 	struct p3_flow *flow, *tmp;
 	unsigned int i;
 
+	if (!q->bands)		/* init failed before there were any */
+		return;
 	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
@@ -1453,9 +1471,11 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	q->cfg = *cfg;
 	sch->limit = cfg->limit;
 
-	/* As overflow does; the peeked packet's flow stays. */
+	/* As overflow does: loss-tolerant first, least urgent band first; the
+	 * peeked packet stays.
+	 */
 	while ((cause = p3_overlimit(sch, 0, 0)) &&
-	       (victim = p3_victim(q, 0)) >= 0) {
+	       (victim = p3_victim_band(q, 0)) >= 0) {
 		(*cause)++;
 		p3_drop_from(sch, victim, &pushed_len, to_free);
 		pushed++;
@@ -1524,14 +1544,21 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	unsigned int i;
 	int err;
 
-	/* Everything destroy() touches is valid before the first failure. */
+	/* Everything reset() and destroy() touch is valid before the first
+	 * failure: both run after a failed init.
+	 */
 	qdisc_watchdog_init(&q->watchdog, sch);
+	INIT_LIST_HEAD(&q->idle);
+	q->bands = kvcalloc(TCA_P3_MAX_BANDS, sizeof(*q->bands), GFP_KERNEL);
+	if (!q->bands) {
+		NL_SET_ERR_MSG(extack, "No memory for the p3 bands");
+		return -ENOMEM;
+	}
 	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
 		INIT_LIST_HEAD(&q->bands[i].flows);
 		INIT_LIST_HEAD(&q->bands[i].spill.band_node);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 	}
-	INIT_LIST_HEAD(&q->idle);
 	p3_config_default(&q->cfg, sch);
 	q->cfg.default_band = q->cfg.bands - 1;
 	sch->limit = q->cfg.limit;
@@ -1566,6 +1593,7 @@ static void p3_destroy(struct Qdisc *sch)
 	kvfree(q->flow_table);
 	kvfree(q->by_size);
 	kvfree(q->spill_index);
+	kvfree(q->bands);
 }
 
 static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
@@ -1605,7 +1633,9 @@ static int p3_dump_stats(struct Qdisc *sch, struct gnet_dump *d)
 	return gnet_stats_copy_app(d, &st, sizeof(st));
 }
 
-/* Classes H:1..H:N are the bands, for statistics and filter targets. */
+/* Classes H:1..H:N are the bands: statistics, filter targets and each
+ * band's deadline.
+ */
 
 static struct Qdisc *p3_leaf(struct Qdisc *sch, unsigned long cl)
 {
@@ -1680,7 +1710,9 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 	sch_tree_lock(sch);
 	b = &q->bands[*arg - 1];
 	b->deadline_us = us;
-	/* Rounded up: no packet leaves early, and 1 us is not 0 (reliable). */
+	/* Rounded up, so that 1 us is not 0 (reliable); a packet expires at
+	 * most one stamp unit (1 us) early.
+	 */
 	b->deadline = DIV_ROUND_UP_ULL((u64)us * NSEC_PER_USEC,
 				       1U << P3_STAMP_SHIFT);
 	if (us)

@@ -93,7 +93,7 @@ struct tc_p3_xstats {
 	__u32	flows;		/* flow entries allocated now */
 	__u32	flows_active;	/* flows holding packets now */
 	__u64	flows_created;
-	__u64	flows_gc;	/* idle flows garbage-collected */
+	__u64	flows_gc;	/* idle flows freed or taken over */
 	__u64	preemptions;	/* switches to a more urgent band while a
 				 * less urgent one still held backlog */
 	__u64	boosts;		/* flows raised to a more urgent band by a
