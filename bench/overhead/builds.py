@@ -114,5 +114,6 @@ def table(runs, names):
         rows.append((label, cells))
     return markdown(["configuration"] + names, rows)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -177,5 +177,6 @@ def table(runs, flows):
         rows.append((label, cells))
     return markdown(["qdisc"] + [f"{n} flows" for n in flows], rows)
 
+
 if __name__ == "__main__":
     sys.exit(main())
