@@ -8,11 +8,16 @@ moved to p3.torch (docs/torch.md, "Migrating from DDP").
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import torchvision
+try:
+    import torchvision.models as models
+except ImportError:     # pip's torch 2.13 comes without: the same models
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import nets as models
 
 
 def batch(step, k, rank, size):
@@ -36,7 +41,7 @@ def main():
     dist.init_process_group('gloo')
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torchvision.models.__dict__[a.model](num_classes=10)
+    model = models.__dict__[a.model](num_classes=10)
     model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)

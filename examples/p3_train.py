@@ -7,10 +7,15 @@ gradients exchanged in P3's order (docs/torch.md, "Migrating from DDP").
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
-import torchvision
+try:
+    import torchvision.models as models
+except ImportError:     # pip's torch 2.13 comes without: the same models
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import nets as models
 
 import p3.torch as p3t
 
@@ -36,7 +41,7 @@ def main():
     p3t.init()
     rank = p3t.rank()
     torch.manual_seed(0)
-    model = torchvision.models.__dict__[a.model](num_classes=10)
+    model = models.__dict__[a.model](num_classes=10)
     p3t.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = p3t.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model,

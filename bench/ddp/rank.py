@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
-"""One rank of bench/ddp: a torchvision model trained with DDP (Gloo) or
-p3.torch (schedule fifo or p3), or alone (compute: no exchange, one
+"""One rank of bench/ddp: a model of models.py (torchvision's, as
+examples/nets.py writes it) trained with DDP (Gloo) or p3.torch
+(schedule fifo or p3), or alone (compute: no exchange, one
 process), on fixed random data; rank 0 writes one JSON line to --out:
 every timed step's seconds, the CPU seconds of the process per step, and
 a digest of the final parameters (equal digests: bitwise-equal
@@ -201,7 +202,7 @@ def train(mode, a, xs, ys, rank, rec):
         return None
     return {
         'tag': a.tag, 'model': a.model, 'mode': mode,
-        'batch': a.batch, 'bytes': model_bytes(model),
+        'torch': torch.__version__.split('+')[0], 'batch': a.batch, 'bytes': model_bytes(model),
         'step_s': steps, 'cpu_s': cpu,
         'mean_s': sum(steps) / len(steps), 'digest': digest(model),
         # The most threads at a timed step (after a step; p3.torch's
