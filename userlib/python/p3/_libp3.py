@@ -15,26 +15,46 @@ MAX_BANDS = 64
 
 
 def _candidates():
+    """(path, what it is), in the order tried."""
     env = os.environ.get('P3_LIB')
     if env:
-        yield env
+        yield env, 'P3_LIB'
     here = os.path.dirname(os.path.abspath(__file__))
-    # userlib/python/p3 -> <repo>/build/userlib/libp3.so
-    yield os.path.join(here, '..', '..', '..', 'build', 'userlib', 'libp3.so')
+    # pip's build puts it beside this file (setup.py).
+    yield os.path.join(here, 'libp3.so'), 'built into the package'
+    # userlib/python/p3 -> <repo>/build/userlib/libp3.so, only where this
+    # is the source tree (a venv has no userlib/Makefile above it).
+    if os.path.isfile(os.path.join(here, '..', '..', 'Makefile')):
+        yield (os.path.normpath(os.path.join(here, '..', '..', '..', 'build',
+                                             'userlib', 'libp3.so')),
+               'the source tree\'s make')
     found = ctypes.util.find_library('p3')
-    if found:
-        yield found
-    yield 'libp3.so.1'
+    if found and found != 'libp3.so.1':
+        yield found, 'the system\'s'
+    yield 'libp3.so.1', 'the system\'s'
+
+
+_FIX = '''To fix it, one of:
+  pip: install make, a C compiler, pkg-config, libnl-3-dev and
+       libnl-route-3-dev, then reinstall sch-p3 (its build puts libp3 in);
+  Debian: apt install libp3-1;
+  or set P3_LIB to the path of a libp3.so.'''
 
 
 def _load():
-    last = None
-    for path in _candidates():
+    tried = []
+    for path, what in _candidates():
         try:
             return ctypes.CDLL(path, use_errno=True)
         except OSError as e:
-            last = e
-    raise ImportError('p3: cannot load libp3.so (set P3_LIB): %s' % last)
+            # dlerror() names the path, or the library it needed that
+            # failed (libnl): say the path once, then the reason.
+            why = str(e)
+            if why.startswith(path + ': '):
+                why = why[len(path) + 2:]
+            tried.append('  %s (%s): %s' % (path, what, why))
+    raise ImportError('p3: cannot load libp3.so; tried:\n%s\n%s'
+                      % ('\n'.join(tried), _FIX))
 
 
 _lib = _load()
