@@ -125,6 +125,8 @@ echo "# ==== second lane: host suites, then guests: began at $((SECONDS / 60)) m
 	renice -n 19 -p "$BASHPID" >/dev/null
 	suite userlib make --no-print-directory -C userlib check WERROR=1 BUILD="$top/build"
 	suite units dist/test_units.sh "$top/build/userlib/p3ctl"
+	suite pip dist/test_pip.sh
+	suite ddp-models /usr/bin/python3 bench/ddp/test_models.py
 	suite deb dist/test_deb.sh
 	suite models /usr/bin/python3 bench/train/test_models.py
 	suite scale /usr/bin/python3 bench/scale/test_project.py

@@ -87,29 +87,46 @@ if [ -n "$FUZZERS" ]; then
 	done
 fi
 
-run_python() {	# name script
-	echo "# suite: $1"
-	P3_LIB=$O/libp3.so PYTHONPATH=$HERE/../python "$PYTHON" "$2"
+run_python() {	# interpreter name script
+	echo "# suite: $2 ($1)"
+	P3_LIB=$O/libp3.so PYTHONPATH=$HERE/../python "$1" "$3"
 	rc=$?
 	if [ $rc -gt 1 ]; then
-		echo "not ok 1 - $1 suite exited with status $rc"
+		echo "not ok 1 - $2 suite under $1 exited with status $rc"
 	fi
 	[ $rc -ne 0 ] && failed=1
 }
 
-run_python python "$HERE/test_python.py"
-# p3.torch: two ranks as processes over loopback (exactness, failure).
-run_python torch "$HERE/test_torch.py"
-# Slim-DP sparsification and stats() (bytes, determinism, hostile slices).
-run_python torch-sparse "$HERE/test_torch_sparse.py"
-run_python torch-dlcp "$HERE/test_torch_dlcp.py"
-# The habits of a DDP script (schedulers, accumulation, clipping, buffers,
-# unused parameters, bfloat16, resume), each against DDP.
-run_python torch-habits "$HERE/test_torch_habits.py"
-# 3 ranks: a rank done and closed while another still waits for a third
-# (no barrier); 16 ranks under torchrun: DDP's parameters, its thread
-# count + 4, a rank's death raised on every survivor, start-up (70-115 s,
-# and 30-60 s for the 3-rank jobs, on a loaded 2-core host).
-run_python torch-ranks "$HERE/test_torch_ranks.py"
+run_python "$PYTHON" python "$HERE/test_python.py"
+
+# p3.torch under each torch its users have: Debian's (PYTHON, torch 1.13)
+# and pip's 2.x in the venv scripts/torch-venv.sh makes (TORCH2_PYTHON
+# names another interpreter; empty, none).
+if [ -z "${TORCH2_PYTHON+set}" ]; then
+	echo "# suite: the venv of pip's torch 2.x"
+	if ! TORCH2_PYTHON=$("$HERE/../../scripts/torch-venv.sh"); then
+		echo "not ok 1 - scripts/torch-venv.sh could not make the venv of pip's torch"
+		failed=1
+		TORCH2_PYTHON=
+	fi
+fi
+for py in "$PYTHON" $TORCH2_PYTHON; do
+	# Two ranks as processes over loopback (exactness, failure).
+	run_python "$py" torch "$HERE/test_torch.py"
+	# Slim-DP sparsification and stats() (bytes, determinism, hostile slices).
+	run_python "$py" torch-sparse "$HERE/test_torch_sparse.py"
+	run_python "$py" torch-dlcp "$HERE/test_torch_dlcp.py"
+	# The habits of a DDP script (schedulers, accumulation, clipping,
+	# buffers, unused parameters, bfloat16, resume), each against DDP.
+	run_python "$py" torch-habits "$HERE/test_torch_habits.py"
+	# What torch 2.x users do: torch.compile, CPU autocast with
+	# GradScaler, each against DDP (skipped on 1.13).
+	run_python "$py" torch2 "$HERE/test_torch2.py"
+	# 3 ranks: a rank done and closed while another still waits for a
+	# third (no barrier); 16 ranks under torchrun: DDP's parameters, its
+	# thread count + 4, a rank's death raised on every survivor, start-up
+	# (70-115 s, and 30-60 s for the 3-rank jobs, on a loaded 2-core host).
+	run_python "$py" torch-ranks "$HERE/test_torch_ranks.py"
+done
 
 exit $failed

@@ -273,11 +273,28 @@ n = 0
 failed = 0
 
 
+# Every line names the torch it ran on: make check runs each suite under
+# Debian's torch and under pip's.
+TORCH = 'torch ' + '.'.join(torch.__version__.split('.')[:2])
+
+
 def ok(cond, what):
     global n, failed
     n += 1
     failed += not cond
-    print('%sok %d - torch: %s' % ('' if cond else 'not ', n, what), flush=True)
+    print('%sok %d - %s: %s' % ('' if cond else 'not ', n, TORCH, what),
+          flush=True)
+
+
+def launcher(args):
+    """The command a user launches a job with on this torch: its own
+    torchrun from 2.0 on (the venv's, beside this interpreter), and
+    p3torchrun on 1.13, whose torchrun Debian 12's Python breaks; both
+    run by this interpreter."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if int(torch.__version__.split('.')[0]) >= 2:
+        return [os.path.join(os.path.dirname(sys.executable), 'torchrun')] + args
+    return [sys.executable, os.path.join(here, '..', 'cli', 'p3torchrun')] + args
 
 
 def rel_err(a, b):
@@ -529,15 +546,15 @@ def levels_above_untagged():
 
 
 def digits(*args):
-    """examples/torch_digits.py args, two ranks launched by p3torchrun
+    """examples/torch_digits.py args, two ranks launched by launcher()
     with torchrun's defaults: (exit status, epochs, final test accuracy
     in %, rank 0's output)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    launcher = os.path.join(here, '..', 'cli', 'p3torchrun')
     example = os.path.join(here, '..', '..', 'examples', 'torch_digits.py')
     env = dict(os.environ, PYTHONWARNINGS='ignore::RuntimeWarning')
-    p = subprocess.run([launcher, '--nproc_per_node', str(WORLD),
-                        '--master_port', str(free_port()), example] + list(args),
+    p = subprocess.run(launcher(['--nproc_per_node', str(WORLD),
+                                 '--master_port', str(free_port()), example]
+                                + list(args)),
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=600)
     last = [line for line in p.stdout.splitlines() if line.startswith('epoch')]
@@ -548,12 +565,13 @@ def digits(*args):
 
 
 def accuracy():
-    """The README's command, which Debian 12's own torchrun cannot
-    start."""
+    """The README's command (on 1.13 through p3torchrun: Debian 12's own
+    torchrun cannot start)."""
     rc, epochs, acc, _ = digits()
     ok(rc == 0 and acc > 90,
-       'p3torchrun --nproc_per_node %d examples/torch_digits.py: %d epochs, '
-       'test accuracy %.1f%% (needs > 90%%)' % (WORLD, epochs, acc))
+       '%s --nproc_per_node %d examples/torch_digits.py: %d epochs, '
+       'test accuracy %.1f%% (needs > 90%%)'
+       % (os.path.basename(launcher([])[-1]), WORLD, epochs, acc))
 
 
 def launcher_mends_std():

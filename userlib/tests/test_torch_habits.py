@@ -86,8 +86,8 @@ def wrap(kind, model, opt, **kw):
                                      'broadcast_buffers') if k in kw}
         return nn.parallel.DistributedDataParallel(model, **ddp_kw), opt
     kw.setdefault('slice_bytes', SLICE)
-    return model, p3t.DistributedOptimizer(opt, model, schedule=kind,
-                                           timeout=10, **kw)
+    kw.setdefault('timeout', 10)
+    return model, p3t.DistributedOptimizer(opt, model, schedule=kind, **kw)
 
 
 def done(kind, net, opt):
@@ -423,13 +423,14 @@ def cases():
 
 
 def launch(example, *args):
-    """examples/EXAMPLE under p3torchrun, two ranks; its exit status."""
+    """examples/EXAMPLE launched as on this torch (tt.launcher), two
+    ranks; its exit status."""
     here = os.path.dirname(os.path.abspath(__file__))
     top = os.path.join(here, '..', '..')
     p = subprocess.run(
-        [os.path.join(top, 'userlib', 'cli', 'p3torchrun'), '--nproc_per_node',
-         str(WORLD), '--master_port', str(tt.free_port()),
-         os.path.join(top, 'examples', example)] + list(args),
+        tt.launcher(['--nproc_per_node', str(WORLD), '--master_port',
+                     str(tt.free_port()),
+                     os.path.join(top, 'examples', example)] + list(args)),
         env=dict(os.environ, PYTHONWARNINGS='ignore::RuntimeWarning'),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=600)

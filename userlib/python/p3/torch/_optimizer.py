@@ -124,6 +124,13 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         # The wrapped optimizer's __init__ is not run: its state is _opt's.
         self._opt = optimizer
         self._mesh = None
+        elsewhere = sorted({str(p.device) for p in model.parameters()
+                            if p.device.type != 'cpu'})
+        if elsewhere:
+            raise ValueError('p3.torch: the model has parameters on %s: '
+                             'p3.torch exchanges CPU tensors only (GPU '
+                             'tensors are not supported yet; docs/torch.md)'
+                             % ', '.join(elsewhere))
         keep, explore = check_args(schedule, sparsify, keep, explore, order,
                                    backward_passes_per_step)
         nbands = bands if schedule == 'p3' else 1

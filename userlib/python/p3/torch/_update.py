@@ -15,6 +15,33 @@ import torch
 from . import _job
 
 
+def _not_compiled(hook):
+    """hook, run as Python each time under torch.compile: traced, its
+    wait and update (side effects on state outside the graph) would be
+    fixed at the first call, and the next forward would not wait for
+    its layer.  Each such hook breaks the compiled graph in two."""
+    compiler = getattr(torch, 'compiler', None)   # torch >= 2.1
+    return compiler.disable(hook) if hasattr(compiler, 'disable') else hook
+
+
+def _compiled_graphs_see_hooks():
+    """Make torch.compile check a module's hooks before it reuses a graph:
+    by default it does not, and a graph compiled before the forward
+    pre-hooks existed (this model's, or another model's of the same
+    code) runs without them, so that the forward neither waits for nor
+    applies its layer's update (seen: every rank waiting for averages
+    until StepTimeout).  A graph keeps the guards it was compiled with:
+    this runs on import, before a script compiles anything."""
+    try:
+        import torch._dynamo.config as dynamo     # torch >= 2.0
+    except ImportError:
+        return
+    dynamo.skip_nnmodule_hook_guards = False
+
+
+_compiled_graphs_see_hooks()
+
+
 def groups_of(optimizer, params):
     """Each parameter's group in optimizer (None: it is in none, and is
     averaged but not updated); ValueError for a parameter of optimizer's
@@ -39,21 +66,26 @@ class Updates:
         parameter's gradient, with 'p3' a forward pre-hook on every module
         that holds parameters, and one on model's state_dict()."""
         index = {p: i for i, p in enumerate(self._params)}
-        # Horovod's trick: the AccumulateGrad node's hook runs once p.grad
-        # holds this backward's gradient (torch 1.13 has no
-        # post-accumulate hook on the tensor).  The nodes are kept: one
-        # no longer referenced is made anew, without the hook.
-        self._accumulators = [p.expand_as(p).grad_fn.next_functions[0][0]
-                              for p in self._params]
-        hooks = [acc.register_hook(self._make_hook(i))
-                 for i, acc in enumerate(self._accumulators)]
+        if hasattr(torch.Tensor, 'register_post_accumulate_grad_hook'):
+            # torch >= 2.1: the hook runs once p.grad holds this backward's
+            # gradient, on the tensor itself.
+            hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i))
+                     for i, p in enumerate(self._params)]
+        else:
+            # Horovod's trick on 1.13: a hook on the AccumulateGrad node.
+            # The nodes are kept: one no longer referenced is made anew,
+            # without the hook.
+            self._accumulators = [p.expand_as(p).grad_fn.next_functions[0][0]
+                                  for p in self._params]
+            hooks = [acc.register_hook(self._make_hook(i))
+                     for i, acc in enumerate(self._accumulators)]
         if schedule == 'p3':
             for m in model.modules():
                 own = [index[p] for p in m.parameters(recurse=False)
                        if p in index]
                 if own:
                     hooks.append(m.register_forward_pre_hook(
-                        self._make_pre_hook(own)))
+                        _not_compiled(self._make_pre_hook(own))))
         # A checkpoint taken between step() and the next forward holds
         # the update p3 would otherwise apply layer by layer in that
         # forward (the values are the parameters' own storage).
