@@ -21,15 +21,18 @@ def load(path):
 
 
 def groups(rows):
-    """{(model, point, upload, same_malloc): {'mbit', 'compute_s', mode:
-    [rows]}}"""
+    """{(model, point, upload, same_malloc, torch): {'mbit', 'compute_s',
+    mode: [rows]}}"""
     out = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r['tag'] == 'compute':
             continue
         tag = json.loads(r['tag'])
         same = tag.get('same_malloc', False)
-        g = out[r['model'], tag['point'], tag['upload'], same]
+        # Runs before the record named its torch were all Debian's 1.13.
+        version = r.get('torch', '1.13')
+        g = out[r['model'], tag['point'], tag['upload'], same, version]
+        g['torch'] = version
         g['mbit'], g['compute_s'] = tag['mbit'], tag['compute_s']
         g['where'], g['upload'] = tag['where'], tag['upload']
         g['same_malloc'] = same
@@ -41,7 +44,8 @@ def extras(g):
     """What else the runs of group g had: the upload beside them, the
     allocator's threshold set alike for every mode."""
     return ((', upload' if g['upload'] else '')
-            + (', same malloc' if g['same_malloc'] else ''))
+            + (', same malloc' if g['same_malloc'] else '')
+            + ', torch ' + g['torch'])
 
 
 def mean(xs):
@@ -58,7 +62,7 @@ def table(rows):
              + ' | '.join('%s ÷ DDP (rounds)' % m for m in MODES)
              + ' | params = DDP\'s |',
              '|---|---|---:|---:|' + '---:|' * len(MODES) + '---|']
-    for (model, point, _, _), g in groups(rows).items():
+    for (model, point, *_), g in groups(rows).items():
         if not g['ddp']:
             continue
         link = ('%.0f Mbit/s' % g['mbit'] if g['mbit'] else 'unshaped veth')
@@ -83,7 +87,7 @@ def threads(rows):
     line per model, point and mode (the five busiest threads)."""
     lines = ['| model | link | mode | step s | CPU s | CPU by thread (s) |',
              '|---|---|---|---:|---:|---|']
-    for (model, point, _, _), g in groups(rows).items():
+    for (model, point, *_), g in groups(rows).items():
         for m in ('ddp',) + MODES:
             runs = g[m]
             if not runs:

@@ -17,7 +17,8 @@ On this host natively (sch_p3 cannot load here, so the order is libp3's
 alone); inside the VM (selftests/vm-run -- bench/ddp/run.py --qdisc p3)
 the kernel's order is measured.  The modes run in rounds, in alternating
 order, so that drift shows as spread rather than as a ratio.  --upload
-adds an untagged iperf3 upload from host 0 for the whole run.
+adds an untagged iperf3 upload from host 0 for the whole run; --python
+runs the ranks under another torch (pip's 2.13 in a venv).
 --same-malloc gives every mode the allocator setting p3.torch makes
 (glibc's mmap threshold raised, p3/torch/_malloc.py), which DDP gets only
 partly, from its bucket rebuild: the ratio is then the exchange's alone.
@@ -96,7 +97,7 @@ def run_ranks(mode, model, args, out, tag, port):
                    P3_LIB=os.path.join(TOP, 'build', 'userlib', 'libp3.so'),
                    **(SAME_MALLOC if args.same_malloc else {}))
         procs.append(subprocess.Popen(
-            ['ip', 'netns', 'exec', NS[r], '/usr/bin/python3',
+            ['ip', 'netns', 'exec', NS[r], args.python,
              os.path.join(HERE, 'rank.py'), '--mode', mode, '--model', model,
              '--batch', str(args.batch), '--steps', str(args.steps),
              '--warmup', str(args.warmup), '--out', out, '--tag', tag]
@@ -154,6 +155,10 @@ def main():
     ap.add_argument('--link-trace', default=None, metavar='FILE',
                     help="host 0's link over every timed step (rank.py "
                     '--link-trace; plot: linkplot.py FILE)')
+    ap.add_argument('--python', default='/usr/bin/python3',
+                    help="the ranks' interpreter: Debian's (torch 1.13) by "
+                    "default; build/venv-torch2/bin/python for pip's torch "
+                    "2.13 (scripts/torch-venv.sh makes it)")
     ap.add_argument('--out', default=os.path.join(TOP, 'build', 'bench-ddp',
                                                   'results.jsonl'))
     ap.add_argument('--append', action='store_true',
