@@ -12,15 +12,11 @@
 #   dist/test_deb.sh
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-n=0 failed=0
+tap_name=deb
+# shellcheck source=dist/tap.sh
+. "$top/dist/tap.sh"
 pkgs=(sch-p3-dkms libp3-1 libp3-dev python3-p3 p3-tools)
 tmp=$(mktemp -d)
-tap() {	# status name
-	n=$((n + 1))
-	if [ "$1" -eq 0 ]; then echo "ok $n - deb: $2"
-	else echo "not ok $n - deb: $2"; failed=1; fi
-}
-diag() { sed 's/^/# /'; }
 finish() {
 	echo "1..$n"
 	exit $failed

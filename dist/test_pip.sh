@@ -16,23 +16,15 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 # Pinned: pip's unpinned torch is the CUDA build, gigabytes.
 TORCH=${TORCH:-torch==2.13.0}
-n=0 failed=0
+tap_name=pip
+# shellcheck source=dist/tap.sh
+. "$top/dist/tap.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Run everything from outside the tree, so that only the venv's p3 imports.
 cd "$work" || exit 1
 unset PYTHONPATH P3_LIB
 
-tap() {	# status name
-	n=$((n + 1))
-	if [ "$1" -eq 0 ]; then echo "ok $n - pip: $2"
-	else echo "not ok $n - pip: $2"; failed=1; fi
-}
-skip() {	# name reason
-	n=$((n + 1))
-	echo "ok $n - pip: $1 # SKIP $2"
-}
-diag() { grep . | sed 's/^/# /'; }
 step() { echo "# [$((SECONDS))s] $*"; }
 # What a setuptools build could leave in the tree that git would see.
 artefacts() {
@@ -120,6 +112,13 @@ sys.exit(not ('p3/libp3.so' in names and not w.endswith('-any.whl')
 EOF
 }
 
+install() {	# venv package: torch first, as a user must, then package
+	local log=$work/install-${1##*/}.log
+	"$1/bin/pip" install -q "$TORCH" >"$log" 2>&1 &&
+		"$1/bin/pip" install -q "$2" >>"$log" 2>&1 ||
+		{ tail -20 "$log" | diag; return 1; }
+}
+
 # a. The wheel, built by a fresh venv's pip (in its isolated build env).
 step "venv 1; pip wheel --no-deps of $top"
 v1=$work/v1
@@ -133,11 +132,8 @@ tap $? "pip wheel of the source tree: a platform-tagged wheel holding p3/libp3.s
 
 # b. torch first (the package leaves it to the user), then the wheel.
 step "venv 1: pip install $TORCH, then the wheel"
-"$v1/bin/pip" install -q "$TORCH" >"$work/torch1.log" 2>&1 &&
-	"$v1/bin/pip" install -q "${whl:-no-wheel}" >"$work/install1.log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || tail -20 "$work"/torch1.log "$work"/install1.log | diag
-tap $rc "pip install $TORCH, then the wheel (numpy from its dependencies)"
+install "$v1" "${whl:-no-wheel}"
+tap $? "pip install $TORCH, then the wheel (numpy from its dependencies)"
 
 "$v1/bin/python" "$work/where.py" "$v1" 2>&1 | diag
 tap $? "wheel: import p3.torch from the venv, on the bundled p3/libp3.so (no PYTHONPATH, no P3_LIB)"
@@ -161,11 +157,8 @@ tap $? "wheel: p3torchrun --nproc_per_node 2 trains nn.Linear with DistributedOp
 step "venv 2: pip install $TORCH, then pip install $top"
 v2=$work/v2
 "$PYTHON" -m venv "$v2"
-"$v2/bin/pip" install -q "$TORCH" >"$work/torch2.log" 2>&1 &&
-	"$v2/bin/pip" install -q "$top" >"$work/install2.log" 2>&1
-rc=$?
-[ $rc -eq 0 ] || tail -20 "$work"/torch2.log "$work"/install2.log | diag
-tap $rc "pip install of the source tree (after $TORCH)"
+install "$v2" "$top"
+tap $? "pip install of the source tree (after $TORCH)"
 "$v2/bin/python" "$work/where.py" "$v2" 2>&1 | diag
 tap $? "source tree: import p3.torch from the venv, on the bundled p3/libp3.so"
 [ -x "$v2/bin/p3torchrun" ] && "$v2/bin/p3torchrun" --help >/dev/null 2>&1

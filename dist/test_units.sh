@@ -10,20 +10,11 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 unit=$top/dist/systemd/p3@.service
 defaults=$top/dist/default/p3
 P3CTL=$(realpath -m "${1:-$top/build/userlib/p3ctl}")
-n=0 failed=0
+tap_name=units
+# shellcheck source=dist/tap.sh
+. "$top/dist/tap.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-tap() {	# status name
-	n=$((n + 1))
-	if [ "$1" -eq 0 ]; then echo "ok $n - units: $2"
-	else echo "not ok $n - units: $2"; failed=1; fi
-}
-skip() {	# name reason
-	n=$((n + 1))
-	echo "ok $n - units: $1 # SKIP $2"
-}
-diag() { grep . | sed 's/^/# /'; }
 
 # systemd-analyze verify works on unit files alone, offline, but says that
 # an Exec binary which is not installed "is not executable". The shipped
