@@ -45,7 +45,7 @@ def extras(g):
     allocator's threshold set alike for every mode."""
     return ((', upload' if g['upload'] else '')
             + (', same malloc' if g['same_malloc'] else '')
-            + ', torch ' + g['torch'])
+            + ', torch ' + '.'.join(g['torch'].split('.')[:2]))
 
 
 def mean(xs):
@@ -120,7 +120,7 @@ def plot(rows, png):
     ax.set_xticks(range(len(gs)))
     ax.set_xticklabels(['%s\n%s%s' % (k[0], '%.0f Mbit/s' % g['mbit']
                                       if g['mbit'] else 'unshaped',
-                                      extras(g))
+                                      extras(g).replace(', ', '\n'))
                         for k, g in gs], fontsize=8)
     ax.set_ylabel('speed ÷ DDP\'s')
     ax.legend(fontsize=8)
