@@ -122,6 +122,11 @@ for py in "$PYTHON" $TORCH2_PYTHON; do
 	# What torch 2.x users do: torch.compile, CPU autocast with
 	# GradScaler, each against DDP (skipped on 1.13).
 	run_python "$py" torch2 "$HERE/test_torch2.py"
+	# Horovod's optimizer arguments, the traps of a DDP or Horovod script
+	# that strays from docs/torch.md, and a Horovod script moved by its
+	# import line; Horovod's collectives.
+	run_python "$py" torch-horovod "$HERE/test_torch_horovod.py"
+	run_python "$py" torch-collectives "$HERE/test_torch_collectives.py"
 	# 3 ranks: a rank done and closed while another still waits for a
 	# third (no barrier); 16 ranks under torchrun: DDP's parameters, its
 	# thread count + 4, a rank's death raised on every survivor, start-up

@@ -23,20 +23,30 @@ docs/torch.md.
 The modules, one job each: _job (init, the ranks, broadcasts), _optimizer
 (DistributedOptimizer), _update (its hooks, step() and synchronize()),
 _exchange (one step's pushes and waits), _reducer (the sums and pulls,
-on the exchange's threads), _flat (the flat gradient and average
+on the exchange's threads), _reduction (Horovod's op, predivide factor
+and compression), _collectives (Horovod's collectives over Gloo), _flat (the flat gradient and average
 buffers), _malloc (a step's memory kept in the process), _layout
 (slices, units and their owners), _mesh (the channels), _setup (levels
 and the ranks' agreement on one plan), _order (forward order), _slimdp
 and _sparse (Slim-DP), _dlcp (bounded loss), _errors (what the exchange
 raises), run (p3torchrun).
 """
+from ._collectives import (allgather, allgather_object, allreduce, allreduce_,
+                           broadcast, broadcast_, broadcast_object,
+                           broadcast_optimizer_state, cross_rank, cross_size,
+                           local_rank, local_size)
 from ._errors import PeerError, StepTimeout
 from ._layout import ORDER   # the planner's default order
 from ._job import (DEFAULT_TIMEOUT, NotInitializedError, broadcast_parameters,
                    init, rank, shutdown, size)
 from ._optimizer import DistributedOptimizer
 from ._order import forward_order
+from ._reduction import Adasum, Average, Compression, Max, Min, Product, Sum
 
 __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
            'DistributedOptimizer', 'forward_order', 'PeerError', 'StepTimeout',
-           'NotInitializedError', 'DEFAULT_TIMEOUT']
+           'NotInitializedError', 'DEFAULT_TIMEOUT', 'Compression', 'Average',
+           'Sum', 'Adasum', 'Min', 'Max', 'Product', 'allreduce', 'allreduce_',
+           'allgather', 'allgather_object', 'broadcast', 'broadcast_',
+           'broadcast_object', 'broadcast_optimizer_state', 'local_rank',
+           'local_size', 'cross_rank', 'cross_size']

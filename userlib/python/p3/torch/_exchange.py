@@ -31,18 +31,19 @@ import numpy as np
 import p3
 
 from ._errors import PeerError, StepTimeout
-from ._flat import flat, np_dtypes
+from ._flat import flat
 from ._layout import Units
 from ._reducer import Reducer
 
 
 class Exchange(Reducer):
     def __init__(self, mesh, layout, rank, world, params, timeout,
-                 sparse=None, lossy=None):
+                 reduction, sparse=None, lossy=None):
         self.mesh, self.lay = mesh, layout
         self.rank, self.world, self.timeout = rank, world, timeout
         self.peers = sorted(mesh.tx)
-        dtypes = np_dtypes(params)
+        self.reduction = reduction
+        dtypes = reduction.dtypes(params)
         self.sparse = sparse
         self.lossy = lossy
         self.params = params
@@ -177,6 +178,7 @@ class Exchange(Reducer):
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""
         self._gshaped[i].copy_(grad)
+        self.reduction.scale_local(self._gshaped[i])
         if self.sparse:
             # The parameter and the average hold the last step's update
             # here (the forward that led here applied it), the same bits

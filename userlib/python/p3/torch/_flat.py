@@ -13,19 +13,21 @@ _NP = {torch.float32: np.float32, torch.float64: np.float64,
 _WIRE = {torch.bfloat16: torch.float32}
 
 
-def wire_dtype(dtype):
-    """The torch dtype a parameter's gradient travels and is summed in."""
-    return _WIRE.get(dtype, dtype)
+def wire_dtype(dtype, compress=None):
+    """The torch dtype a parameter's gradient travels and is summed in;
+    compress: a further map of dtypes (_reduction.Compression's)."""
+    dtype = _WIRE.get(dtype, dtype)
+    return compress(dtype) if compress else dtype
 
 
-def np_dtypes(params):
+def np_dtypes(params, compress=None):
     """The numpy dtype each parameter's gradient travels in; TypeError for
     one p3.torch cannot sum."""
     for p in params:
         if wire_dtype(p.dtype) not in _NP:
             raise TypeError('p3.torch: %s parameters are not supported'
                             % p.dtype)
-    return [np.dtype(_NP[wire_dtype(p.dtype)]) for p in params]
+    return [np.dtype(_NP[wire_dtype(p.dtype, compress)]) for p in params]
 
 
 def flat(units, params, dtypes):

@@ -2,6 +2,7 @@
 """The job a process has joined: its rank, its size, the store the ranks
 meet through, and the Gloo group that carries the one-off collectives
 (parameter and buffer broadcasts); gradients go over libp3."""
+import contextlib
 import datetime
 import os
 import weakref
@@ -27,17 +28,52 @@ def init(timeout=DEFAULT_TIMEOUT, host=None):
     MASTER_ADDR:MASTER_PORT (as torchrun sets them, or by hand with RANK
     and WORLD_SIZE).  timeout bounds every wait for a peer, in seconds.
     host: the address peers reach this rank at (default: the one this host
-    reaches MASTER_ADDR from)."""
+    reaches MASTER_ADDR from).
+
+    A script that started torch.distributed's default group first is
+    joined: its store and, for p3's own collectives, the group itself if
+    it carries CPU tensors (Gloo), else a Gloo group made beside it.
+    Otherwise this starts the default group, with Gloo; a later
+    dist.init_process_group() of the same job then joins it."""
     if _state:
         return
     td = datetime.timedelta(seconds=timeout)
-    store, r, n = next(dist.rendezvous('env://', timeout=td))
-    if not dist.is_initialized():
+    group, owned = None, not dist.is_initialized()
+    if owned:
+        store, r, n = next(dist.rendezvous('env://', timeout=td))
         dist.init_process_group('gloo', store=dist.PrefixStore('p3t/gloo', store),
                                 rank=r, world_size=n, timeout=td)
+        _join_later_init(r, n)
+    else:
+        store = dist.distributed_c10d._get_default_store()
+        r, n = dist.get_rank(), dist.get_world_size()
+        if 'gloo' not in str(dist.get_backend()):
+            group = dist.new_group(backend='gloo', timeout=td)
     _state.update(store=store, rank=r, size=n, timeout=timeout, meshes=0,
                   host=host or local_address(os.environ['MASTER_ADDR']),
-                  optimizers=weakref.WeakSet())
+                  optimizers=weakref.WeakSet(), group=group, owned=owned)
+
+
+_torch_init_process_group = dist.init_process_group
+
+
+def _join_later_init(r, n):
+    """A script's own dist.init_process_group() after init(), which made
+    the default group: the same job on Gloo joins it (returns), anything
+    else raises naming the fix, where torch would only say the group
+    exists."""
+    def init_process_group(backend=None, *args, **kwargs):
+        if not (_state.get('owned') and dist.is_initialized()):
+            return _torch_init_process_group(backend, *args, **kwargs)
+        if (backend is None or 'gloo' in str(backend)) and \
+                kwargs.get('rank', r) in (r, -1) and \
+                kwargs.get('world_size', n) in (n, -1):
+            return None
+        raise RuntimeError(
+            'p3.torch: p3.torch.init() started the default process group '
+            '(Gloo, rank %d of %d): call dist.init_process_group(%r) before '
+            'p3.torch.init(), which then joins it' % (r, n, backend))
+    dist.init_process_group = init_process_group
 
 
 def need():
@@ -58,8 +94,11 @@ def shutdown():
     """Close every optimizer's channels and leave the process group."""
     for opt in list(_state.get('optimizers', ())):
         opt.close()
-    if _state and dist.is_initialized():
+    if _state.get('owned') and dist.is_initialized():
         dist.destroy_process_group()
+    elif _state.get('group') is not None:
+        dist.destroy_process_group(_state['group'])
+    dist.init_process_group = _torch_init_process_group
     _state.clear()
 
 
@@ -72,30 +111,44 @@ def broadcast_parameters(state, root_rank=0):
                if torch.is_tensor(t)], root_rank)
 
 
-def broadcast(tensors, root_rank=0):
-    """root_rank's tensors to every rank, in place, over Gloo (bounded by
-    init's timeout); a lost peer is a PeerError, as in the exchange."""
+@contextlib.contextmanager
+def peer_errors(what):
+    """Gloo's failures inside (a peer gone, or silent past init's
+    timeout) as PeerError, as the exchange raises them; what names the
+    call ('an all-reduce')."""
     try:
-        for t in tensors:
-            if t.dtype == torch.bfloat16:
-                # Gloo has no bfloat16; float32 holds each value exactly.
-                wide = t.data.float()
-                dist.broadcast(wide, root_rank)
-                t.data.copy_(wide)
-            else:
-                dist.broadcast(t.data, root_rank)
+        yield
     except RuntimeError as e:
-        raise PeerError('p3.torch: rank %d: a broadcast failed: %s'
-                        % (_state['rank'], e)) from e
+        raise PeerError('p3.torch: rank %d: %s failed: %s'
+                        % (need()['rank'], what, e)) from e
+
+
+def broadcast(tensors, root_rank=0):
+    """root_rank's tensors to every rank, in place, one Gloo broadcast per
+    dtype (bounded by init's timeout); a lost peer is a PeerError, as in
+    the exchange."""
+    st = need()
+    by_dtype = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    with peer_errors('a broadcast'):
+        for dtype, ts in by_dtype.items():
+            # Gloo has no bfloat16; float32 holds each value exactly.
+            wide = torch.float32 if dtype == torch.bfloat16 else dtype
+            flat = torch.cat([t.data.reshape(-1).to(wide) for t in ts])
+            dist.broadcast(flat, root_rank, group=st['group'])
+            if st['rank'] == root_rank:
+                continue
+            at = 0
+            for t in ts:
+                t.data.copy_(flat[at:at + t.numel()].view(t.shape))
+                at += t.numel()
 
 
 def all_true(flags):
     """Elementwise AND of a bool tensor over the ranks (Gloo, bounded by
     init's timeout)."""
     mask = flags.to(torch.int32)
-    try:
-        dist.all_reduce(mask, op=dist.ReduceOp.MIN)
-    except RuntimeError as e:
-        raise PeerError('p3.torch: rank %d: an all-reduce failed: %s'
-                        % (_state['rank'], e)) from e
+    with peer_errors('an all-reduce'):
+        dist.all_reduce(mask, op=dist.ReduceOp.MIN, group=need()['group'])
     return mask.bool()

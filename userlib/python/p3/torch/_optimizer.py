@@ -14,17 +14,17 @@ import p3
 import p3.dgram
 from . import _job
 from ._exchange import Exchange
-from ._flat import np_dtypes
 from ._layout import ORDER, Layout
 from ._malloc import keep_step_memory
 from ._mesh import Mesh, dgram_level, make_room, sockets_needed
 from ._order import forward_ranks
+from ._reduction import Average, Compression, Reduction
 from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
                      auto_slice, bounded_loss_args, check_args, free_levels,
                      local_p3_qdisc, same_plan, warn_if_no_qdisc)
 from ._slimdp import SlimDP
 from ._dlcp import BoundedLoss
-from ._update import Updates, groups_of
+from ._update import Updates, groups_of, named_params
 
 _classes = {}
 
@@ -63,9 +63,15 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
 
     synchronize() between backward and step() puts the averaged gradients
     in .grad (for clipping), and step() under skip_synchronize() applies
-    them as they are then.  Each synchronize() also copies rank 0's
-    buffers (BatchNorm's running statistics) to every rank, unless
-    broadcast_buffers=False: it is a collective, called by every rank.
+    them as they are then; a gradient changed without it makes step()
+    raise.  After step(), synchronize() waits for the update (local).
+    Every step copies rank 0's buffers (BatchNorm's running statistics)
+    to every rank at the end of backward, unless broadcast_buffers=False.
+
+    Horovod's names: named_parameters= (or second) in place of the
+    model; compression (Compression.none, Compression.fp16: float16 on
+    the wire, summed in float32); op (Average, Sum); and
+    gradient_predivide_factor (Average only).
 
     bfloat16 parameters are summed in float32 (their bytes travel as
     float32), then rounded once.
@@ -114,17 +120,23 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
             cls = _wrapper_class(type(optimizer))
         return object.__new__(cls)
 
-    def __init__(self, optimizer, model, schedule='p3', bands=None,
+    def __init__(self, optimizer, model=None, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
                  forward_order=None, sparsify=None, keep=None, explore=None,
                  residual=True, loss_tolerance=None, deadline=None,
                  reliable_fraction=None, order=None,
                  backward_passes_per_step=1, find_unused_parameters=False,
-                 broadcast_buffers=True):
+                 broadcast_buffers=True, named_parameters=None,
+                 compression=Compression.none, op=Average,
+                 gradient_predivide_factor=1.0):
         # The wrapped optimizer's __init__ is not run: its state is _opt's.
         self._opt = optimizer
         self._mesh = None
-        elsewhere = sorted({str(p.device) for p in model.parameters()
+        if model is not None and not isinstance(model, torch.nn.Module):
+            # Horovod's second argument: named_parameters.
+            model, named_parameters = None, model
+        named = named_params(optimizer, model, named_parameters)
+        elsewhere = sorted({str(p.device) for _, p in named
                             if p.device.type != 'cpu'})
         if elsewhere:
             raise ValueError('p3.torch: the model has parameters on %s: '
@@ -133,6 +145,13 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
                              % ', '.join(elsewhere))
         keep, explore = check_args(schedule, sparsify, keep, explore, order,
                                    backward_passes_per_step)
+        reduction = Reduction(op, gradient_predivide_factor, compression)
+        if (sparsify or loss_tolerance) and (
+                compression is not Compression.none or op is not Average
+                or gradient_predivide_factor != 1.0):
+            raise ValueError('p3.torch: sparsify and loss_tolerance send '
+                             'averages of their own wire form: not with '
+                             'compression, op or gradient_predivide_factor')
         nbands = bands if schedule == 'p3' else 1
         lossy = bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
                                   sparsify, nbands or DEFAULT_LEVELS)
@@ -141,12 +160,17 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._timeout = st['timeout'] if timeout is None else timeout
         self._passes_per_step = backward_passes_per_step
         self._find_unused = find_unused_parameters
-        self._buffers = list(model.buffers()) if broadcast_buffers else []
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        names = {p: n for n, p in model.named_parameters()}
-        self._names = [names[p] for p in self._params]
+        # Horovod broadcasts no buffers: without the model, neither does
+        # this.
+        self._buffers = (list(model.buffers()) if broadcast_buffers and
+                         model is not None else [])
+        self._params = [p for _, p in named if p.requires_grad]
+        self._names = [n for n, p in named if p.requires_grad]
+        # Watched at every step: one that starts to require a gradient
+        # was never planned for.
+        self._frozen = [(n, p) for n, p in named if not p.requires_grad]
         self._group_of = groups_of(optimizer, self._params)
-        dtypes = np_dtypes(self._params)
+        dtypes = reduction.dtypes(self._params)
         if (sparsify or lossy) and any(p.dtype == torch.bfloat16
                                        for p in self._params):
             raise ValueError('p3.torch: bfloat16 parameters cannot be '
@@ -175,7 +199,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
                   # What both ends of a push size it by: the layout,
                   # Slim-DP's fractions, the reliable part's fraction.
                   repr((self._layout.digest(), sparsify, keep, explore,
-                        lossy and lossy[2])))
+                        lossy and lossy[2], reduction.key())))
         sparse = SlimDP(self._layout, dtypes, keep, explore,
                         residual) if sparsify else None
         model_bytes = sum(sizes)
@@ -192,10 +216,14 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
                                   dtypes, *lossy) if lossy else None
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
-                            self._params, self._timeout, sparse, self._lossy)
+                            self._params, self._timeout, reduction, sparse,
+                            self._lossy)
         n = len(self._params)
         self._step = 0
         self._passes = [0] * n      # backward passes each has had this step
+        self._sent = {}             # pushed this step: (its .grad, version)
+        self._ran = set()           # first forward: whose module ran
+        self._outside = []          # then: those whose module did not
         self._synced = False        # synchronize() put the averages in .grad
         self._skipping = False
         self._idle = set()          # no rank had a gradient: not updated

@@ -191,12 +191,17 @@ class Reducer:
         self._slices_done(self.lay.msgs[m])
 
     def _sum(self, u):
-        """The average of unit u over the ranks, summed in rank order so
-        that arrival order never changes a bit."""
+        """Unit u's sum over the ranks, averaged as the reduction says,
+        summed in rank order so that arrival order never changes a
+        bit."""
         unit = self.units.units[u]
         dt = unit.dtype
         out = self._aflat[self.units.span(u)].view(dt)
-        acc = np.empty(self.sparse.count[u], dt) if self.sparse else out
+        # float16 on the wire (Compression.fp16) is summed in float32.
+        sdt = self.reduction.sum_dtype(dt)
+        kw = {} if sdt == dt else {'dtype': sdt}
+        acc = (np.empty(self.sparse.count[u], dt) if self.sparse else
+               out if sdt == dt else np.empty(out.size, sdt))
         first = None
         for r in range(self.world):
             if self.sparse:             # a unit is a slice
@@ -215,12 +220,14 @@ class Reducer:
             if r == 0:
                 first = part
             elif r == 1:
-                np.add(first, part, out=acc)
+                np.add(first, part, out=acc, **kw)
             else:
-                np.add(acc, part, out=acc)
+                np.add(acc, part, out=acc, **kw)
         if self.world == 1:
             np.copyto(acc, first)
-        np.divide(acc, dt.type(self.world), out=acc)
+        self.reduction.finish(acc, self.world)
+        if acc.dtype != dt:
+            np.copyto(out, acc, casting='same_kind')
         if self.sparse:
             self.sparse.scatter(u, acc, out)
             self.sparse.encode(u, acc, self._out[u])

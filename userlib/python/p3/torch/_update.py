@@ -9,8 +9,10 @@ they had at step().  step(), synchronize() and skip_synchronize() are
 here too: the calls a training loop makes."""
 import contextlib
 import time
+import weakref
 
 import torch
+from torch.nn.modules.module import register_module_forward_pre_hook
 
 from . import _job
 
@@ -42,6 +44,28 @@ def _compiled_graphs_see_hooks():
 _compiled_graphs_see_hooks()
 
 
+def named_params(optimizer, model, named_parameters):
+    """(name, parameter) pairs the optimizer is to average: the model's,
+    else named_parameters (Horovod's), else the optimizer's own, each
+    once."""
+    if model is not None:
+        named = list(model.named_parameters())
+    elif named_parameters is not None:
+        named = list(named_parameters)
+    else:
+        named = [('param.%d' % k, p) for k, p in enumerate(
+            p for g in optimizer.param_groups for p in g['params'])]
+    seen, out = set(), []
+    for n, p in named:
+        if not isinstance(p, torch.Tensor):
+            raise TypeError('p3.torch: named_parameters holds (name, '
+                            'tensor) pairs, not %r' % ((n, p),))
+        if p not in seen:
+            seen.add(p)
+            out.append((n, p))
+    return out
+
+
 def groups_of(optimizer, params):
     """Each parameter's group in optimizer (None: it is in none, and is
     averaged but not updated); ValueError for a parameter of optimizer's
@@ -52,7 +76,8 @@ def groups_of(optimizer, params):
         for p in g['params']:
             if p.requires_grad and p not in index:
                 raise ValueError('p3.torch: the optimizer holds a parameter '
-                                 'that is not in the model')
+                                 'that is not in the model (or '
+                                 'named_parameters)')
             group_of[p] = k
     return [group_of.get(p) for p in params]
 
@@ -79,6 +104,13 @@ class Updates:
                                   for p in self._params]
             hooks = [acc.register_hook(self._make_hook(i))
                      for i, acc in enumerate(self._accumulators)]
+        if model is None:
+            # Horovod's named_parameters: the modules are found as they
+            # run, by a hook on every module's forward.
+            if schedule == 'p3':
+                hooks.append(register_module_forward_pre_hook(
+                    _not_compiled(self._make_finding_hook(index, hooks))))
+            return hooks
         if schedule == 'p3':
             for m in model.modules():
                 own = [index[p] for p in m.parameters(recurse=False)
@@ -86,19 +118,25 @@ class Updates:
                 if own:
                     hooks.append(m.register_forward_pre_hook(
                         _not_compiled(self._make_pre_hook(own))))
-        # A checkpoint taken between step() and the next forward holds
-        # the update p3 would otherwise apply layer by layer in that
-        # forward (the values are the parameters' own storage).
-        hooks.append(model._register_state_dict_hook(
-            lambda *_: self._apply_pending()))
+        hooks.append(model._register_state_dict_hook(self._on_state_dict))
         return hooks
+
+    def _on_state_dict(self, *_):
+        """A checkpoint taken between step() and the next forward holds
+        the update p3 would otherwise apply layer by layer in that
+        forward (the values are the parameters' own storage)."""
+        self._apply_pending()
     # ------------------------------------------------------------ hooks
 
     def _make_hook(self, i):
         def hook(*_):
             self._passes[i] += 1
             if self._passes[i] == self._passes_per_step:
-                self._ex.gradient(i, self._params[i].grad, self._step)
+                grad = self._params[i].grad
+                self._ex.gradient(i, grad, self._step)
+                # What was sent: a later edit (clipping, unscaling) is
+                # seen at step() by the tensor or its version.
+                self._sent[i] = (grad, grad._version)
             elif self._passes[i] > self._passes_per_step:
                 raise RuntimeError(
                     'p3.torch: %s got more than backward_passes_per_step=%d '
@@ -106,9 +144,34 @@ class Updates:
                     % (self._names[i], self._passes_per_step))
         return hook
 
+    def _make_finding_hook(self, index, hooks):
+        """A forward pre-hook for every module: a module holding some of
+        index's parameters gets _make_pre_hook's work, and a state_dict
+        hook, the first time it runs."""
+        of = weakref.WeakKeyDictionary()
+
+        def pre_hook(module, inputs):
+            hook = of.get(module, False)
+            if hook is False:
+                own = [index[p] for p in module.parameters(recurse=False)
+                       if p in index]
+                hook = of[module] = self._make_pre_hook(own) if own else None
+                if own:
+                    hooks.append(module._register_state_dict_hook(
+                        self._on_state_dict))
+            if hook is not None:
+                hook(module, inputs)
+        return pre_hook
+
     def _make_pre_hook(self, own):
         def pre_hook(module, inputs):
-            pending = [i for i in own if i in self._unapplied]
+            if self._ran is not None:
+                self._ran.update(own)
+            # A parameter whose module did not run in the first forward
+            # may be read anywhere (F.linear(x, self.head.weight)): it
+            # is updated at the first module, every step alike.
+            pending = [i for i in own + self._outside
+                       if i in self._unapplied]
             if pending:
                 # With this module's update, every other one averaged
                 # already: one step of the wrapped optimizer for many
@@ -185,6 +248,11 @@ class Updates:
         find_unused_parameters zeros for the parameters that got none),
         and begin the next step's exchange."""
         self._apply_pending()       # parameters the last forward never ran
+        self._check_sent()
+        if self._ran is not None:   # the first forward is over
+            self._outside = [i for i in range(len(self._params))
+                             if i not in self._ran]
+            self._ran = None
         absent = [i for i, k in enumerate(self._passes) if k == 0]
         if absent and not self._find_unused:
             raise RuntimeError(
@@ -204,8 +272,35 @@ class Updates:
             flags[absent] = True
             idle = _job.all_true(flags)
             self._idle = {i for i in absent if idle[i]}
+        # Rank 0's buffers (BatchNorm's statistics) to every rank once a
+        # step, a point every rank passes, as DDP does at every forward.
+        _job.broadcast(self._buffers, 0)
         self._passes = [0] * len(self._params)
         self._step += 1
+
+    def _check_sent(self):
+        """Raise, naming the fix, where this step's gradients are not
+        what backward pushed (the averages step() applies would not carry
+        the change), or a frozen parameter began to require one."""
+        edited = [self._names[i] for i, (g, v) in self._sent.items()
+                  if self._params[i].grad is not g or g._version != v]
+        self._sent = {}
+        if edited:
+            raise RuntimeError(
+                'p3.torch: the gradients of %s changed after backward sent '
+                'them (clipping, GradScaler.unscale_, masking?): step() '
+                'applies the average of what was sent.  Call '
+                'opt.synchronize() after backward, change the averaged '
+                'gradients, then step() under opt.skip_synchronize()'
+                % ', '.join(edited[:5]))
+        thawed = [n for n, p in self._frozen if p.requires_grad]
+        if thawed:
+            raise RuntimeError(
+                'p3.torch: %s did not require a gradient when the '
+                'optimizer was wrapped, and does now: the exchange is '
+                'planned at wrapping.  close() this optimizer and wrap '
+                'the optimizer anew after changing requires_grad'
+                % ', '.join(thawed[:5]))
 
     def step(self, closure=None):
         if closure is not None:
@@ -230,13 +325,13 @@ class Updates:
                 self._apply(ready, wait=False)
 
     def synchronize(self):
-        """Finish the exchange in flight, then copy rank 0's buffers to
-        every rank (unless broadcast_buffers=False).  Between backward and
-        step(): wait for this step's averages and put them in each
-        parameter's .grad, for step() to apply as they are then (clip
-        them first, under skip_synchronize() as Horovod's users do).
-        After step(): wait until every parameter holds that step's
-        update."""
+        """Finish the exchange in flight.  Between backward and step():
+        wait for this step's averages and put them in each parameter's
+        .grad, for step() to apply as they are then (clip them first,
+        under skip_synchronize() as Horovod's users do); every rank calls
+        it there.  After step(): wait until every parameter holds that
+        step's update, which needs nothing of the other ranks once their
+        averages are in (a rank-0-only save may call it)."""
         if any(self._passes):     # between backward and step()
             self._end_backward()
             every = range(len(self._params))
@@ -252,7 +347,6 @@ class Updates:
             self._synced = True
         else:
             self._apply_pending()
-        _job.broadcast(self._buffers, 0)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
