@@ -37,7 +37,8 @@ def main():
     ap.add_argument('--predivide', type=float, default=1.0,
                     help='gradient_predivide_factor')
     ap.add_argument('--save', default='',
-                    help="rank 0's state_dict, loss and counters here")
+                    help="rank 0's state_dict here, the losses and the "
+                    "job's bytes pushed beside it (.json)")
     a = ap.parse_args()
 
     hvd.init()
@@ -71,10 +72,14 @@ def main():
             print('step %d: loss %.4f (mean of %d ranks; local rank %d of '
                   '%d)' % (step, mean, hvd.size(), hvd.local_rank(),
                            hvd.local_size()), flush=True)
+    # Every rank pushes the slices others own: the job's pushes are the
+    # model's gradient bytes each step, in the wire's dtype.
+    pushed = hvd.allreduce(torch.tensor(opt.stats()['bytes_pushed']),
+                           op=hvd.Sum).item()
     if a.save and hvd.rank() == 0:
         torch.save(model.state_dict(), a.save)
         with open(a.save + '.json', 'w') as f:
-            json.dump({'losses': losses, 'stats': opt.stats()}, f)
+            json.dump({'losses': losses, 'job_bytes_pushed': pushed}, f)
     hvd.shutdown()
 
 

@@ -19,7 +19,6 @@ skipped, saying so; foreach runs there too.
 import json
 import os
 import sys
-import warnings
 
 import torch
 import torch.nn as nn
@@ -29,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_torch as tt                                  # noqa: E402
 from test_torch import LR, MOMENTUM, data, ok, rel_err  # noqa: E402
 from test_torch_habits import (SCHEDULES, STEPS, bn_model, done,  # noqa: E402
-                               micro, sgd, wrap)
+                               micro, rank_alone, sgd, train,
+                               wrap)
 
 MAJOR = int(torch.__version__.split('.')[0])
 HAS_COMPILE = hasattr(torch, 'compile')
@@ -41,7 +41,6 @@ def compiled(kind, rank, when):
     """STEPS steps of SGD; the model compiled after wrapping (DDP: the
     wrapped one, as PyTorch's guide does), before (p3.torch is handed the
     compiled module), or not at all (when None)."""
-    x, y = data()
     model = bn_model()
     net = torch.compile(model) if when == 'before' else model
     # A rank still compiling its first steps keeps the others waiting.
@@ -49,11 +48,7 @@ def compiled(kind, rank, when):
                     **({} if kind == 'ddp' else {'timeout': 120}))
     if when == 'after':
         net = torch.compile(net)
-    for step in range(STEPS):
-        bx, by = micro(x, y, step, rank)
-        opt.zero_grad()
-        F.cross_entropy(net(bx), by).backward()
-        opt.step()
+    train(net, opt, rank)
     return {'params': done(kind, unwrap(net), opt)}
 
 
@@ -97,7 +92,6 @@ def amp(kind, rank, max_norm=1.0):
 
 
 def foreach(kind, rank, name):
-    x, y = data()
     model = bn_model()
     if name == 'sgd':
         base = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM,
@@ -105,11 +99,7 @@ def foreach(kind, rank, name):
     else:
         base = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=True)
     net, opt = wrap(kind, model, base)
-    for step in range(STEPS):
-        bx, by = micro(x, y, step, rank)
-        opt.zero_grad()
-        F.cross_entropy(net(bx), by).backward()
-        opt.step()
+    train(net, opt, rank)
     return {'params': done(kind, net, opt)}
 
 
@@ -117,11 +107,7 @@ def foreach(kind, rank, name):
 
 def worker(_, out):
     import p3.torch as p3t
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc here
-    warnings.simplefilter('ignore', UserWarning)
-    warnings.simplefilter('ignore', FutureWarning)
-    rank = int(os.environ['RANK'])
+    rank = rank_alone()
     p3t.init(timeout=60)        # the first compiled step compiles
     runs = []
     for k in ('ddp',) + SCHEDULES:

@@ -99,6 +99,16 @@ def done(kind, net, opt):
     return flat(model).tolist()
 
 
+def train(net, opt, rank, steps=STEPS):
+    """steps plain steps (cross-entropy, step()) on rank's batches."""
+    x, y = data()
+    for step in range(steps):
+        bx, by = micro(x, y, step, rank)
+        opt.zero_grad()
+        F.cross_entropy(net(bx), by).backward()
+        opt.step()
+
+
 def sgd(model):
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
 
@@ -272,15 +282,21 @@ def checkpointed(kind, rank, path, resume):
 
 # ----------------------------------------------------------- the ranks
 
+def rank_alone():
+    """This rank, on one thread, with the warnings every case would give
+    silenced (no qdisc on loopback, GradScaler on CPU, deprecations)."""
+    torch.set_num_threads(1)
+    for kind in (RuntimeWarning, UserWarning, FutureWarning):
+        warnings.simplefilter('ignore', kind)
+    return int(os.environ['RANK'])
+
+
 def worker(mode, out):
     """One rank: every case for DDP and each schedule (mode 'cases:DIR'),
     or the resumed halves of the checkpoint case (mode 'resume:DIR'); the
     checkpoints are in DIR."""
     import p3.torch as p3t
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc here
-    warnings.simplefilter('ignore', UserWarning)        # GradScaler on CPU
-    rank = int(os.environ['RANK'])
+    rank = rank_alone()
     p3t.init(timeout=10)
     mode, ckdir = mode.split(':', 1)
     ckpt = os.path.join(ckdir, 'ckpt-%s.pt')

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 
 import torch
 import torch.nn as nn
@@ -39,8 +38,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_torch as tt                                  # noqa: E402
 from test_torch import WORLD, data, ok  # noqa: E402
-from test_torch_habits import (SCHEDULES, STEPS, bn_model, done,  # noqa: E402
-                               micro, sgd, wrap)
+from test_torch_habits import (SCHEDULES, bn_model, done,  # noqa: E402
+                               micro, rank_alone, sgd, train,
+                               wrap)
 
 
 def grads(model):
@@ -50,7 +50,6 @@ def grads(model):
 def named(kind, rank, positional=False):
     """DDP's training with the optimizer given named_parameters alone."""
     import p3.torch as p3t
-    x, y = data()
     model = bn_model()
     if kind == 'ddp':
         net, opt = wrap(kind, model, sgd(model))
@@ -61,11 +60,7 @@ def named(kind, rank, positional=False):
         net, opt = model, p3t.DistributedOptimizer(
             sgd(model), *args, schedule=kind, slice_bytes=tt.SLICE,
             timeout=10, broadcast_buffers=False, **kw)
-    for step in range(STEPS):
-        bx, by = micro(x, y, step, rank)
-        opt.zero_grad()
-        F.cross_entropy(net(bx), by).backward()
-        opt.step()
+    train(net, opt, rank)
     # The parameters as a Horovod script saves them: state_dict().
     return {'params': torch.cat([t.reshape(-1).double() for k, t in
                                  model.state_dict().items()
@@ -142,28 +137,18 @@ class Outside(nn.Module):
 
 
 def outside(kind, rank):
-    x, y = data()
     model = Outside()
     net, opt = wrap(kind, model, sgd(model))
-    for step in range(STEPS):
-        bx, by = micro(x, y, step, rank)
-        opt.zero_grad()
-        F.cross_entropy(net(bx), by).backward()
-        opt.step()
+    train(net, opt, rank)
     return {'params': done(kind, net, opt)}
 
 
 def rank0_save(kind, rank):
     """STEPS steps; then rank 0 alone calls synchronize() and reads the
     parameters (a save), while rank 1 goes on to a later point."""
-    x, y = data()
     model = bn_model()
     net, opt = wrap(kind, model, sgd(model))
-    for step in range(STEPS):
-        bx, by = micro(x, y, step, rank)
-        opt.zero_grad()
-        F.cross_entropy(net(bx), by).backward()
-        opt.step()
+    train(net, opt, rank)
     took = None
     if rank == 0:
         t0 = time.monotonic()
@@ -184,11 +169,7 @@ def rank0_save(kind, rank):
 def worker(mode, out):
     import p3.torch as p3t
     import torch.distributed as dist
-    torch.set_num_threads(1)
-    warnings.simplefilter('ignore', RuntimeWarning)     # no qdisc here
-    warnings.simplefilter('ignore', UserWarning)
-    warnings.simplefilter('ignore', FutureWarning)
-    rank = int(os.environ['RANK'])
+    rank = rank_alone()
     res = {}
     if mode == 'joined':
         # The script's own group first: p3.torch joins it.
@@ -248,6 +229,16 @@ def err(res, key):
     return (res.get(key) or {}).get('error') or ''
 
 
+def raised(res, key, what, fix, case):
+    """Every rank raised in case key, one saying what and naming fix: the
+    first rank to reach step() names it; a rank still in its backward
+    may see that rank leave first (a PeerError)."""
+    e = sorted((err(r, key) for r in res), key=lambda x: fix not in x)
+    ok(all(e) and what in e[0] and fix in e[0],
+       '%s: step() raises, the first rank there naming %s: %s'
+       % (case, fix, e[0][:90]))
+
+
 def check(res):
     r0 = res[0]
     want = (r0.get('named ddp') or {}).get('params')
@@ -280,29 +271,23 @@ def check(res):
            torch.equal(torch.tensor(fp16['reduced']), want16),
            'Compression.fp16: %s: float16 on the wire, summed in float32, '
            'the average returned in float16, bitwise' % kind)
-        dense = (r0.get('average ' + kind) or {}).get('stats', {})
-        half = fp16.get('stats', {})
-        ok(dense.get('bytes_sent') and
-           half.get('bytes_sent') * 2 == dense['bytes_sent'],
-           'Compression.fp16: %s: bytes_sent %s, half of %s'
-           % (kind, half.get('bytes_sent'), dense.get('bytes_sent')))
+        # The job's pushes (each rank's part follows the owners the plan
+        # picks); the averages a rank returns leave from its reducer,
+        # whenever their sums are done.
+        dense, half = [sum((r.get(case + kind) or {}).get(
+            'stats', {}).get('bytes_pushed', 0) for r in res)
+            for case in ('average ', 'fp16 ')]
+        ok(dense and half * 2 == dense,
+           'Compression.fp16: %s: the job pushes %d bytes, half of %d'
+           % (kind, half, dense))
         ok(avg is not None and torch.allclose(torch.tensor(avg),
                                               (loc[0] + loc[1]) / 2),
            'op=Average: %s: the mean of the ranks\' gradients' % kind)
-        # The first rank to reach step() names the fix; a rank still in
-        # its backward may see that rank leave first (a PeerError).
-        e = sorted((err(r, 'clipped ' + kind) for r in res), reverse=True,
-                   key=lambda x: 'synchronize()' in x)
-        ok(all(e) and 'changed after backward sent them' in e[0] and
-           'synchronize()' in e[0],
-           'clipping between backward and step(): %s: step() raises, the '
-           'first rank there naming synchronize(): %s' % (kind, e[0][:90]))
-        e = sorted((err(r, 'thawed ' + kind) for r in res), reverse=True,
-                   key=lambda x: 'close()' in x)
-        ok(all(e) and 'did not require a gradient' in e[0] and
-           'close()' in e[0],
-           'a layer unfrozen after wrapping: %s: step() raises, naming the '
-           'fix: %s' % (kind, e[0][:80]))
+        raised(res, 'clipped ' + kind, 'changed after backward sent them',
+               'synchronize()', 'clipping between backward and step(): %s'
+               % kind)
+        raised(res, 'thawed ' + kind, 'did not require a gradient',
+               'close()', 'a layer unfrozen after wrapping: %s' % kind)
         s = r0.get('rank 0 save ' + kind) or {}
         ok(s.get('took') is not None and s['took'] < 0.5 and
            s.get('saved_equal') and s.get('params') ==
@@ -351,17 +336,20 @@ def cases():
 
 
 def example():
-    """examples/horovod_train.py under the launcher: fp16 and none."""
+    """examples/horovod_train.py under p3torchrun: fp16 and none."""
     here = os.path.dirname(os.path.abspath(__file__))
     script = os.path.join(here, '..', '..', 'examples', 'horovod_train.py')
     tmp = tempfile.mkdtemp(prefix='p3t-hvd-')
     got = {}
     for comp in ('fp16', 'none'):
         save = os.path.join(tmp, comp + '.pt')
+        # p3torchrun on both torch versions (torchrun itself on 2.x is
+        # test_torch.py's).
         p = subprocess.run(
-            tt.launcher(['--nproc_per_node', str(WORLD), '--master_port',
-                         str(tt.free_port()), script, '--steps', '3',
-                         '--compression', comp, '--save', save]),
+            [sys.executable, os.path.join(here, '..', 'cli', 'p3torchrun'),
+             '--nproc_per_node', str(WORLD), '--master_port',
+             str(tt.free_port()), script, '--steps', '3', '--compression',
+             comp, '--save', save],
             env=dict(os.environ, PYTHONWARNINGS='ignore'),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             timeout=600)
@@ -372,13 +360,12 @@ def example():
             got[comp] = json.load(f)
         got[comp]['params'] = torch.load(save)
     ok(len(got) == 2, 'examples/horovod_train.py (import p3.torch as hvd): '
-       'trains 3 steps with fp16 and with no compression under %s'
-       % os.path.basename(tt.launcher([])[-1]))
+       'trains 3 steps with fp16 and with no compression under p3torchrun')
     if len(got) == 2:
         a, b = got['fp16'], got['none']
-        ok(a['stats']['bytes_sent'] * 2 == b['stats']['bytes_sent'],
-           'examples/horovod_train.py: fp16 sends half the bytes (%d, %d)'
-           % (a['stats']['bytes_sent'], b['stats']['bytes_sent']))
+        ok(a['job_bytes_pushed'] * 2 == b['job_bytes_pushed'],
+           'examples/horovod_train.py: with fp16 the job pushes half the '
+           'bytes (%d, %d)' % (a['job_bytes_pushed'], b['job_bytes_pushed']))
         ok(max(abs(x - y) for x, y in zip(a['losses'], b['losses'])) < 0.05,
            'examples/horovod_train.py: fp16\'s mean losses within 0.05 of '
            'uncompressed: %s, %s' % (['%.4f' % v for v in a['losses']],

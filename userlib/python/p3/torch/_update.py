@@ -304,7 +304,10 @@ class Updates:
 
     def step(self, closure=None):
         if closure is not None:
-            raise ValueError('p3.torch: step(closure) is not supported')
+            raise ValueError('p3.torch: step(closure) is not supported: '
+                             'compute the loss and call backward() before '
+                             'step() (LBFGS, which needs a closure, cannot '
+                             'be wrapped)')
         if self._synced:            # the averages are in .grad already
             self._synced = False
             with torch.no_grad():
