@@ -28,6 +28,7 @@ declare -A why=(
 	[libnl-3-dev]="libp3's netlink"
 	[libnl-route-3-dev]="libp3's netlink"
 	[clang]="libFuzzer targets of libp3's parsers"
+	[libclang-rt-14-dev]="clang's libFuzzer and sanitizer runtimes (only recommended by clang)"
 	[python3]="selftests, the binding"
 	[python3-numpy]="benchmarks and the training emulation"
 	[python3-matplotlib]="the demo's plots"

@@ -16,8 +16,9 @@ that causes it, naming the fix.  Two ranks as processes over loopback
   wrapping, naming close();
 - synchronize() after step() on rank 0 alone returns at once (a rank-0
   save), with that step's update;
-- a weight read outside its module, which never runs, is updated before
-  the forward reads it: DDP's parameters, bitwise;
+- a weight read outside its module, which never runs, or before its
+  module runs, is updated before the forward reads it: DDP's
+  parameters, bitwise;
 - the process group: dist.init_process_group() after p3.torch.init()
   joins it (Gloo) or raises naming the fix; before it, p3.torch joins
   the script's group;
@@ -122,23 +123,32 @@ def thawed(kind, rank):
 
 
 class Outside(nn.Module):
-    """A head whose module never runs: its weight is read by hand, after
-    the body's modules (whose pre-hooks run first)."""
+    """A weight read by hand: the head's, whose module never runs (after
+    the body's modules, whose pre-hooks run first), or with early=True
+    the mix's, before its own module runs."""
 
-    def __init__(self):
+    def __init__(self, early=False):
         super().__init__()
         torch.manual_seed(1234)
         self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.ReLU(),
                                   nn.Linear(256, 256), nn.ReLU())
+        self.mix = nn.Linear(256, 256)
         self.head = nn.Linear(256, 10)
+        self.early = early
 
     def forward(self, x):
-        return F.linear(self.body(x), self.head.weight, self.head.bias)
+        h = self.body(x)
+        if self.early:
+            h = self.mix(h + F.linear(h, self.mix.weight))
+            return self.head(h)
+        return F.linear(h, self.head.weight, self.head.bias)
 
 
-def outside(kind, rank):
-    model = Outside()
-    net, opt = wrap(kind, model, sgd(model))
+def outside(kind, rank, early=False):
+    model = Outside(early)
+    net, opt = wrap(kind, model, sgd(model),
+                    **({'find_unused_parameters': True} if not early
+                       else {}))
     train(net, opt, rank)
     return {'params': done(kind, net, opt)}
 
@@ -204,9 +214,11 @@ def worker(mode, out):
                 ('clipped ' + k, clipped, (k, rank)),
                 ('thawed ' + k, thawed, (k, rank)),
                 ('rank 0 save ' + k, rank0_save, (k, rank)),
-                ('outside ' + k, outside, (k, rank))]
+                ('outside ' + k, outside, (k, rank)),
+                ('early ' + k, outside, (k, rank, True))]
         runs += [('rank 0 save ddp', rank0_save, ('ddp', rank)),
-                 ('outside ddp', outside, ('ddp', rank))]
+                 ('outside ddp', outside, ('ddp', rank)),
+                 ('early ddp', outside, ('ddp', rank, True))]
         for key, case, args, *kw in runs:
             try:
                 res[key] = case(*args, **(kw[0] if kw else {}))
@@ -296,13 +308,17 @@ def check(res):
            '(under 0.5; rank 1 comes 1 s later), with the parameters of the '
            'last step, DDP\'s'
            % (kind, None if s.get('took') is None else '%.3f' % s['took']))
-    want = (r0.get('outside ddp') or {}).get('params')
-    for kind in SCHEDULES:
-        got = [(r.get('outside ' + kind) or {}).get('params') for r in res]
-        ok(want is not None and got[0] == got[1] == want,
-           'a weight read outside its module, which never runs: %s: both '
-           'ranks end bitwise equal to DDP%s' % (
-               kind, '' if got[0] else ': %s' % err(r0, 'outside ' + kind)))
+    for case, what in (('outside', 'a weight read outside its module, '
+                        'which never runs'),
+                       ('early', 'a weight read before its module runs')):
+        want = (r0.get(case + ' ddp') or {}).get('params')
+        for kind in SCHEDULES:
+            got = [(r.get('%s %s' % (case, kind)) or {}).get('params')
+                   for r in res]
+            ok(want is not None and got[0] == got[1] == want,
+               '%s: %s: both ranks end bitwise equal to DDP%s' % (
+                   what, kind, '' if got[0] else ': %s'
+                   % err(r0, '%s %s' % (case, kind))))
     ok('Adasum' in err(r0, 'adasum'),
        'op=Adasum raises ValueError naming it: %s' % err(r0, 'adasum'))
     ok(all((r.get('later gloo') or {}).get('error') is None for r in res),

@@ -223,6 +223,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._passes = [0] * n      # backward passes each has had this step
         self._sent = {}             # pushed this step: (its .grad, version)
         self._ran = set()           # first forward: whose module ran
+        self._reads = None          # and which were read before it did
         self._outside = []          # then: those whose module did not
         self._synced = False        # synchronize() put the averages in .grad
         self._skipping = False
@@ -292,6 +293,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
             return
         for h in self._hooks:
             h.remove()
+        self._stop_reads()
         self._ex.finish_pushes()    # bounded loss: hands them to libp3
         try:
             for ch in self._mesh.tx.values():

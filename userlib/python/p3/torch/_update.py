@@ -8,11 +8,13 @@ optimizer is shown only the parameters it updates, with the options
 they had at step().  step(), synchronize() and skip_synchronize() are
 here too: the calls a training loop makes."""
 import contextlib
+import itertools
 import time
 import weakref
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
 
 from . import _job
 
@@ -82,6 +84,26 @@ def groups_of(optimizer, params):
     return [group_of.get(p) for p in params]
 
 
+class _FirstReads(TorchFunctionMode):
+    """The first forward's reads of the parameters: one read before its
+    own module's pre-hook ran (by another module, or by the root's own
+    forward) is noted in early."""
+
+    def __init__(self, index, ran):
+        super().__init__()
+        self.index, self.ran, self.early = index, ran, set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for a in itertools.chain(args, kwargs.values()):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, torch.Tensor):
+                    i = self.index.get(t)
+                    if i is not None and i not in self.ran:
+                        self.early.add(i)
+        return func(*args, **kwargs)
+
+
 class Updates:
     """DistributedOptimizer's hooks and update (a mixin: the state is the
     optimizer's)."""
@@ -90,7 +112,7 @@ class Updates:
         """The hooks on model (their handles): a backward one on every
         parameter's gradient, with 'p3' a forward pre-hook on every module
         that holds parameters, and one on model's state_dict()."""
-        index = {p: i for i, p in enumerate(self._params)}
+        index = self._index = {p: i for i, p in enumerate(self._params)}
         if hasattr(torch.Tensor, 'register_post_accumulate_grad_hook'):
             # torch >= 2.1: the hook runs once p.grad holds this backward's
             # gradient, on the tensor itself.
@@ -115,7 +137,8 @@ class Updates:
             for m in model.modules():
                 own = [index[p] for p in m.parameters(recurse=False)
                        if p in index]
-                if own:
+                # The root's hook runs first in every forward.
+                if own or m is model:
                     hooks.append(m.register_forward_pre_hook(
                         _not_compiled(self._make_pre_hook(own))))
         hooks.append(model._register_state_dict_hook(self._on_state_dict))
@@ -145,31 +168,35 @@ class Updates:
         return hook
 
     def _make_finding_hook(self, index, hooks):
-        """A forward pre-hook for every module: a module holding some of
-        index's parameters gets _make_pre_hook's work, and a state_dict
-        hook, the first time it runs."""
+        """A forward pre-hook for every module: each gets _make_pre_hook's
+        work for the parameters of index it holds (the first module to
+        run, for none), and one holding some a state_dict hook, the first
+        time it runs."""
         of = weakref.WeakKeyDictionary()
 
         def pre_hook(module, inputs):
-            hook = of.get(module, False)
-            if hook is False:
+            hook = of.get(module)
+            if hook is None:
                 own = [index[p] for p in module.parameters(recurse=False)
                        if p in index]
-                hook = of[module] = self._make_pre_hook(own) if own else None
+                hook = of[module] = self._make_pre_hook(own)
                 if own:
                     hooks.append(module._register_state_dict_hook(
                         self._on_state_dict))
-            if hook is not None:
-                hook(module, inputs)
+            hook(module, inputs)
         return pre_hook
 
     def _make_pre_hook(self, own):
         def pre_hook(module, inputs):
-            if self._ran is not None:
+            if self._ran is not None:       # the first forward
+                if self._reads is None:
+                    self._reads = _FirstReads(self._index, self._ran)
+                    self._reads.__enter__()
                 self._ran.update(own)
-            # A parameter whose module did not run in the first forward
-            # may be read anywhere (F.linear(x, self.head.weight)): it
-            # is updated at the first module, every step alike.
+            # A parameter read in the first forward before its module ran,
+            # or whose module did not run, may be read anywhere
+            # (F.linear(x, self.head.weight)): it is updated at the first
+            # module, every step alike, whenever its average came.
             pending = [i for i in own + self._outside
                        if i in self._unapplied]
             if pending:
@@ -250,8 +277,9 @@ class Updates:
         self._apply_pending()       # parameters the last forward never ran
         self._check_sent()
         if self._ran is not None:   # the first forward is over
-            self._outside = [i for i in range(len(self._params))
-                             if i not in self._ran]
+            early = self._stop_reads()
+            self._outside = sorted(early.union(
+                i for i in range(len(self._params)) if i not in self._ran))
             self._ran = None
         absent = [i for i, k in enumerate(self._passes) if k == 0]
         if absent and not self._find_unused:
@@ -277,6 +305,15 @@ class Updates:
         _job.broadcast(self._buffers, 0)
         self._passes = [0] * len(self._params)
         self._step += 1
+
+    def _stop_reads(self):
+        """The parameters the first forward read early (none if it did
+        not watch)."""
+        reads, self._reads = self._reads, None
+        if reads is None:
+            return set()
+        reads.__exit__(None, None, None)
+        return reads.early
 
     def _check_sent(self):
         """Raise, naming the fix, where this step's gradients are not
