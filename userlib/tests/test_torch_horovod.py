@@ -21,7 +21,8 @@ that causes it, naming the fix.  Two ranks as processes over loopback
   parameters, bitwise;
 - the process group: dist.init_process_group() after p3.torch.init()
   joins it (Gloo) or raises naming the fix; before it, p3.torch joins
-  the script's group;
+  the script's group, with a Gloo group of its own where that group's
+  backend is not Gloo (NCCL's name, faked: no GPU here);
 - examples/horovod_train.py, a Horovod script moved by its import line,
   trains under the launcher with fp16 compression.
 """
@@ -181,10 +182,16 @@ def worker(mode, out):
     import torch.distributed as dist
     rank = rank_alone()
     res = {}
-    if mode == 'joined':
+    if mode.startswith('joined'):
         # The script's own group first: p3.torch joins it.
         dist.init_process_group('gloo')
+        if mode == 'joined nccl':
+            # What p3.torch sees of an NCCL group (no GPU here to make
+            # one): it must make a Gloo group of its own for its CPU
+            # tensors.
+            dist.get_backend = lambda group=None: 'nccl'
         p3t.init(timeout=10)
+        res['group'] = type(p3t._job.need()['group']).__name__
         res['joined'] = named('p3', rank)
         res['joined ddp'] = named('ddp', rank)
     else:
@@ -330,13 +337,17 @@ def check(res):
        'naming the fix: %s' % e[:100])
 
 
-def check_joined(res):
+def check_joined(res, backend):
     want = [(r.get('joined ddp') or {}).get('params') for r in res]
     got = [(r.get('joined') or {}).get('params') for r in res]
-    ok(want[0] is not None and got[0] == got[1] == want[0],
-       'dist.init_process_group("gloo") before p3.torch.init(): p3.torch '
-       'joins the script\'s group, and trains DDP\'s parameters: %s'
-       % (err(res[0], 'joined') or 'bitwise'))
+    own = res[0].get('group') != 'NoneType'
+    ok(want[0] is not None and got[0] == got[1] == want[0] and
+       own == (backend != 'gloo'),
+       'dist.init_process_group("%s") before p3.torch.init(): p3.torch '
+       'joins the script\'s group (its collectives on %s), and trains '
+       'DDP\'s parameters: %s' % (
+           backend, 'a Gloo group of its own' if own else 'that group',
+           err(res[0], 'joined') or 'bitwise'))
 
 
 def cases():
@@ -345,10 +356,13 @@ def cases():
     ok(all(res), 'every case ran on both ranks')
     if all(res):
         check(res)
-    res, _ = tt.run_ranks(lambda out: [here, '--worker', 'joined', out])
-    ok(all(res), 'the joined job ran on both ranks')
-    if all(res):
-        check_joined(res)
+    for backend in ('gloo', 'nccl'):
+        res, _ = tt.run_ranks(lambda out: [here, '--worker',
+                                           'joined ' + backend, out])
+        ok(all(res), 'the job joined to a %s group ran on both ranks'
+           % backend)
+        if all(res):
+            check_joined(res, backend)
 
 
 def example():
