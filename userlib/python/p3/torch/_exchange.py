@@ -90,6 +90,8 @@ class Exchange(Reducer):
         self.lost = {}              # peer: its PeerError (its channel failed)
         self.slice_done = [False] * layout.ns   # averaged, this step
         self._local = []            # owned messages whose local part is in
+        self._reducing = set()      # owned messages being summed and sent
+        self.timed_out = False      # a wait raised StepTimeout
         self._reset_counts()
         # Main thread only: per unit another rank owns, its tensors not yet
         # applied this step (its averages' buffer is still being read).
@@ -239,6 +241,7 @@ class Exchange(Reducer):
                     self._raise_lost(self._needs(indices))
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    self.timed_out = True   # deliver_owed() waits no more
                     raise StepTimeout(
                         'p3.torch: rank %d waited %.0f s for %d gradients'
                         % (self.rank, self.timeout,
@@ -282,15 +285,16 @@ class Exchange(Reducer):
     def _needs(self, indices):
         """The peers the slices of tensors indices not yet averaged this
         step wait for: each one's owner, and for the ones this rank owns
-        every peer (their pushes).  Under lock."""
+        and is not summing yet, every peer (their pushes).  Under lock."""
         for i in indices:
             if not self.tensor_left[i]:
                 continue
             for s in self.lay.tensor_slices[i]:
                 if self.slice_done[s]:
                     continue
-                owner = self.lay.owner[self.lay.slices[s].msg]
+                m = self.lay.slices[s].msg
+                owner = self.lay.owner[m]
                 if owner != self.rank:
                     yield owner
-                else:
+                elif m not in self._reducing:   # else every push is in
                     yield from self.peers

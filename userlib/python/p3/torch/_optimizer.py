@@ -295,6 +295,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
             h.remove()
         self._stop_reads()
         self._ex.finish_pushes()    # bounded loss: hands them to libp3
+        self._ex.deliver_owed()     # the averages the peers may wait for
         try:
             for ch in self._mesh.tx.values():
                 ch.flush(timeout=self._timeout)

@@ -183,11 +183,16 @@ class Reducer:
                 return
             self.push_left[m] = len(self.units.of_msg[m]) * len(self.peers)
             self.local_left[m] = len(self.lay.msg_tensors[m])
-        for u in self.units.of_msg[m]:
-            self._sum(u)
-        self._expect_pushes(m, it + 1)
-        for q in self.peers:
-            self._send_to(q, lambda: self._send(q, m, it, pull=True))
+            self._reducing.add(m)   # owed to the peers until sent
+        try:
+            for u in self.units.of_msg[m]:
+                self._sum(u)
+            self._expect_pushes(m, it + 1)
+            for q in self.peers:
+                self._send_to(q, lambda: self._send(q, m, it, pull=True))
+        finally:
+            with self.lock:
+                self._reducing.discard(m)
         self._slices_done(self.lay.msgs[m])
 
     def _sum(self, u):
@@ -281,6 +286,24 @@ class Reducer:
         if self._pusher:
             self.lossy.close()
             self._pusher.join(self.timeout)
+
+    def deliver_owed(self):
+        """What this rank owes the others before it closes: the averages
+        of the messages it owns whose local part is in, summed and sent
+        once the pushes come (a peer may wait for them after this rank's
+        last step, as a rank-0-only save after training does).  Bounded
+        by the timeout; over at once when a peer or the exchange failed,
+        or a wait timed out already: a silent peer stays silent."""
+        deadline = time.monotonic() + self.timeout
+        with self.cv:
+            while not (self.lost or self.error or self.timed_out):
+                if not (self._reducing or self._local or
+                        any(self.local_left[m] == 0 for m in self.owned)):
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.cv.wait(left)
 
     def close(self):
         self.finish_pushes()
