@@ -5,11 +5,10 @@ script: allreduce, allgather, broadcast (and their in-place forms), the
 object forms, broadcast_optimizer_state, and the ranks' places on their
 hosts.
 
-Every call is a collective, made by every rank in the same order (name
-is accepted and unused: Gloo matches calls by order), but local_rank()
-and local_size() under torchrun, and the four place calls after the
-job's first.  Each is bounded by init's timeout; a peer lost or silent
-past it is a PeerError.  The results are not differentiable (Horovod's
+Every call but the four place calls (local ones: init() gathers the
+places) is a collective, made by every rank in the same order (name is
+accepted and unused: Gloo matches calls by order).  Each is bounded by
+init's timeout; a peer lost or silent past it is a PeerError.  The results are not differentiable (Horovod's
 are)."""
 import io
 import json
@@ -266,17 +265,16 @@ def _env_int(name):
     return None if v is None else int(v)
 
 
-def _places():
+def places():
     """The job's state, holding every rank's local rank and hostname
     (local_ranks, hosts, in rank order), worked out once per job through
-    the store: a rank's local rank is torchrun's LOCAL_RANK where it has
-    one, else its place by rank among the ranks on its host."""
+    the store, by init() (every rank is there): a rank's local rank is
+    torchrun's LOCAL_RANK where it has one, else its place by rank among
+    the ranks on its host."""
     st = _job.need()
     if 'local_ranks' not in st:
         me = json.dumps([_env_int('LOCAL_RANK'), socket.gethostname()])
-        with peer_errors('finding the ranks\' hosts (every rank makes the '
-                         'first local_rank(), local_size(), cross_rank() or '
-                         'cross_size() call)'):
+        with peer_errors('finding the ranks\' hosts'):
             ranks = [json.loads(v) for v in gathered(
                 st['store'], 'p3t/place', st['rank'], st['size'], me)]
         st['local_ranks'] = [
@@ -289,29 +287,28 @@ def _places():
 
 def local_rank():
     """This rank's place among the ranks on its host: torchrun's
-    LOCAL_RANK, else worked out from the ranks' hostnames (the first
-    call is then a collective)."""
+    LOCAL_RANK, else worked out from the ranks' hostnames at init()."""
     st = _job.need()
     mine = _env_int('LOCAL_RANK')
-    return mine if mine is not None else _places()['local_ranks'][st['rank']]
+    return mine if mine is not None else places()['local_ranks'][st['rank']]
 
 
 def local_size():
     """The number of ranks on this rank's host: torchrun's
-    LOCAL_WORLD_SIZE, else worked out from the ranks' hostnames (the
-    first call is then a collective)."""
+    LOCAL_WORLD_SIZE, else worked out from the ranks' hostnames at
+    init()."""
     st = _job.need()
     n = _env_int('LOCAL_WORLD_SIZE')
     if n is not None:
         return n
-    hosts = _places()['hosts']
+    hosts = places()['hosts']
     return hosts.count(hosts[st['rank']])
 
 
 def cross_rank():
     """Horovod's: this rank's place, by rank, among the ranks with its
     local rank (the host's, in a job with the same ranks per host)."""
-    st = _places()
+    st = places()
     locals_ = st['local_ranks']
     return locals_[:st['rank']].count(locals_[st['rank']])
 
@@ -319,5 +316,5 @@ def cross_rank():
 def cross_size():
     """Horovod's: the number of ranks with this rank's local rank (the
     number of hosts, in a job with the same ranks per host)."""
-    st = _places()
+    st = places()
     return st['local_ranks'].count(st['local_ranks'][st['rank']])

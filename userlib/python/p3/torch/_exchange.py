@@ -22,6 +22,7 @@ A wait raises for a lost peer only while something it waits for still
 needs that peer: the averages of a message the peer owns, or the pushes
 of one this rank owns.
 """
+import collections
 import os
 import threading
 import time
@@ -91,6 +92,8 @@ class Exchange(Reducer):
         self.slice_done = [False] * layout.ns   # averaged, this step
         self._local = []            # owned messages whose local part is in
         self._reducing = set()      # owned messages being summed and sent
+        # Units of each owned message in from each peer, this step.
+        self._pushes_from = collections.Counter()
         self.timed_out = False      # a wait raised StepTimeout
         self._reset_counts()
         # Main thread only: per unit another rank owns, its tensors not yet
@@ -226,6 +229,7 @@ class Exchange(Reducer):
         with self.lock:
             missing = [i for i, seen in enumerate(self.seen) if not seen]
             self.seen = [False] * len(self.seen)
+            self.timed_out = False      # a step past a caught StepTimeout
             return missing
 
     def wait(self, indices, deadline):

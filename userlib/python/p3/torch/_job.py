@@ -4,6 +4,7 @@ meet through, and the Gloo group that carries the one-off collectives
 (parameter and buffer broadcasts); gradients go over libp3."""
 import contextlib
 import datetime
+import inspect
 import os
 import weakref
 
@@ -31,10 +32,10 @@ def init(timeout=DEFAULT_TIMEOUT, host=None):
     reaches MASTER_ADDR from).
 
     A script that started torch.distributed's default group first is
-    joined: its store and, for p3's own collectives, the group itself if
-    it carries CPU tensors (Gloo), else a Gloo group made beside it.
-    Otherwise this starts the default group, with Gloo; a later
-    dist.init_process_group() of the same job then joins it."""
+    joined: its store, and a Gloo group of p3's own beside it (bounded
+    by timeout, whatever the script's group is).  Otherwise this starts
+    the default group, with Gloo; a later dist.init_process_group() of
+    the same job then joins it."""
     if _state:
         return
     td = datetime.timedelta(seconds=timeout)
@@ -47,11 +48,20 @@ def init(timeout=DEFAULT_TIMEOUT, host=None):
     else:
         store = dist.distributed_c10d._get_default_store()
         r, n = dist.get_rank(), dist.get_world_size()
-        if 'gloo' not in str(dist.get_backend()):
-            group = dist.new_group(backend='gloo', timeout=td)
+        group = dist.new_group(backend='gloo', timeout=td)
+    master = os.environ.get('MASTER_ADDR')
+    if host is None and master is None:
+        raise ValueError('p3.torch: init() needs host= (the address the '
+                         'other ranks reach this one at) where MASTER_ADDR '
+                         'is not set')
     _state.update(store=store, rank=r, size=n, timeout=timeout, meshes=0,
-                  host=host or local_address(os.environ['MASTER_ADDR']),
-                  optimizers=weakref.WeakSet(), group=group, owned=owned)
+                  host=host or local_address(master),
+                  optimizers=weakref.WeakSet(), group=group, owned=owned,
+                  joined_by_script=False)
+    # Horovod's local_rank() and local_size() are local calls: every
+    # rank's place is gathered here, where every rank is.
+    from ._collectives import places
+    places()
 
 
 _torch_init_process_group = dist.init_process_group
@@ -59,15 +69,20 @@ _torch_init_process_group = dist.init_process_group
 
 def _join_later_init(r, n):
     """A script's own dist.init_process_group() after init(), which made
-    the default group: the same job on Gloo joins it (returns), anything
-    else raises naming the fix, where torch would only say the group
-    exists."""
-    def init_process_group(backend=None, *args, **kwargs):
+    the default group: the same job on Gloo joins it (returns, and the
+    group is then the script's to destroy), anything else raises naming
+    the fix, where torch would only say the group exists."""
+    signature = inspect.signature(_torch_init_process_group)
+
+    def init_process_group(*args, **kwargs):
         if not (_state.get('owned') and dist.is_initialized()):
-            return _torch_init_process_group(backend, *args, **kwargs)
-        if (backend is None or 'gloo' in str(backend)) and \
-                kwargs.get('rank', r) in (r, -1) and \
-                kwargs.get('world_size', n) in (n, -1):
+            return _torch_init_process_group(*args, **kwargs)
+        asked = signature.bind(*args, **kwargs).arguments
+        backend = str(asked.get('backend') or 'gloo')
+        if 'nccl' not in backend and 'gloo' in backend and \
+                asked.get('rank', -1) in (r, -1) and \
+                asked.get('world_size', -1) in (n, -1):
+            _state['joined_by_script'] = True
             return None
         raise RuntimeError(
             'p3.torch: p3.torch.init() started the default process group '
@@ -94,10 +109,11 @@ def shutdown():
     """Close every optimizer's channels and leave the process group."""
     for opt in list(_state.get('optimizers', ())):
         opt.close()
-    if _state.get('owned') and dist.is_initialized():
-        dist.destroy_process_group()
-    elif _state.get('group') is not None:
+    if _state.get('group') is not None:
         dist.destroy_process_group(_state['group'])
+    elif (_state.get('owned') and not _state.get('joined_by_script')
+          and dist.is_initialized()):
+        dist.destroy_process_group()
     dist.init_process_group = _torch_init_process_group
     _state.clear()
 

@@ -24,6 +24,7 @@ from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
                      local_p3_qdisc, same_plan, warn_if_no_qdisc)
 from ._slimdp import SlimDP
 from ._dlcp import BoundedLoss
+from ._errors import PeerError, StepTimeout
 from ._update import Updates, groups_of, named_params
 
 _classes = {}
@@ -224,6 +225,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._sent = {}             # pushed this step: (its .grad, version)
         self._ran = set()           # first forward: whose module ran
         self._reads = None          # and which were read before it did
+        self._early = set()         # (once it is over)
         self._outside = []          # then: those whose module did not
         self._synced = False        # synchronize() put the averages in .grad
         self._skipping = False
@@ -294,8 +296,17 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         for h in self._hooks:
             h.remove()
         self._stop_reads()
-        self._ex.finish_pushes()    # bounded loss: hands them to libp3
-        self._ex.deliver_owed()     # the averages the peers may wait for
+        # The last step's update, as DDP leaves the model; and every
+        # average this rank was sent is read: a socket closed on unread
+        # data resets, and the peer may lose what it had not read yet.
+        ex = self._ex
+        if not (ex.timed_out or ex.lost or ex.error):
+            try:
+                self._apply_pending()
+            except (PeerError, StepTimeout):
+                pass            # a peer failed since: nothing to finish
+        ex.finish_pushes()          # bounded loss: hands them to libp3
+        ex.deliver_owed()           # the averages the peers may wait for
         try:
             for ch in self._mesh.tx.values():
                 ch.flush(timeout=self._timeout)

@@ -142,10 +142,13 @@ class Reducer:
             if whole:
                 self._pushed(self.lay.slices[whole[1]].msg, c.iter)
 
-    def _pushed(self, m, it):
-        """A push of (a unit of) message m is in, whole."""
+    def _pushed(self, m, it, q=None):
+        """A push of (a unit of) message m is in, whole (from rank q,
+        where known: a bounded-loss push's datagrams do not say)."""
         with self.lock:
             self.push_left[m] -= 1
+            if q is not None:
+                self._pushes_from[(m, q)] += 1
         self._reduce_if_complete(m, it)
 
     def _arrived(self, q, c):
@@ -154,7 +157,8 @@ class Reducer:
         ns, nu = self.lay.ns, self.units.n
         if c.tensor < nu:
             if not self.lossy or self.lossy.on_reliable(q, c.tensor):
-                self._pushed(self.units.units[c.tensor].msg, c.iteration)
+                self._pushed(self.units.units[c.tensor].msg, c.iteration,
+                             None if self.lossy else q)
         elif c.tensor >= 3 * ns:        # chunks this rank asked for again
             if self.lossy.on_resend(q, c.tensor - 3 * ns):
                 self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
@@ -183,6 +187,8 @@ class Reducer:
                 return
             self.push_left[m] = len(self.units.of_msg[m]) * len(self.peers)
             self.local_left[m] = len(self.lay.msg_tensors[m])
+            for q in self.peers:
+                self._pushes_from[(m, q)] = 0
             self._reducing.add(m)   # owed to the peers until sent
         try:
             for u in self.units.of_msg[m]:
@@ -190,10 +196,11 @@ class Reducer:
             self._expect_pushes(m, it + 1)
             for q in self.peers:
                 self._send_to(q, lambda: self._send(q, m, it, pull=True))
-        finally:
+        except BaseException:
             with self.lock:
                 self._reducing.discard(m)
-        self._slices_done(self.lay.msgs[m])
+            raise
+        self._slices_done(self.lay.msgs[m], summed=m)
 
     def _sum(self, u):
         """Unit u's sum over the ranks, averaged as the reduction says,
@@ -254,8 +261,12 @@ class Reducer:
             raise PeerError('p3.torch: rank %d sent a bad sparse slice %d: %s'
                             % (q, s, e)) from e
 
-    def _slices_done(self, slices):
+    def _slices_done(self, slices, summed=None):
+        """slices are averaged; summed: the owned message they are, which
+        is then no longer being summed (in one step, so that a wait
+        never finds it neither)."""
         with self.lock:
+            self._reducing.discard(summed)
             for s in slices:
                 t = self.lay.slices[s].tensor
                 self.slice_done[s] = True
@@ -292,18 +303,28 @@ class Reducer:
         of the messages it owns whose local part is in, summed and sent
         once the pushes come (a peer may wait for them after this rank's
         last step, as a rank-0-only save after training does).  Bounded
-        by the timeout; over at once when a peer or the exchange failed,
-        or a wait timed out already: a silent peer stays silent."""
+        by the timeout; over at once when the exchange failed, a wait
+        timed out (a silent peer stays silent), or a push it waits for
+        is a lost peer's (one that closed cleanly had sent them all)."""
         deadline = time.monotonic() + self.timeout
         with self.cv:
-            while not (self.lost or self.error or self.timed_out):
-                if not (self._reducing or self._local or
-                        any(self.local_left[m] == 0 for m in self.owned)):
+            while not (self.error or self.timed_out):
+                owed = [m for m in self.owned if self.local_left[m] == 0]
+                if not (self._reducing or self._local or owed):
+                    return
+                if self.lost and (self.lossy or any(
+                        q in self.lost for m in owed
+                        for q in self._pushes_missing(m))):
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
                 self.cv.wait(left)
+
+    def _pushes_missing(self, m):
+        """The peers whose push of owned message m is not all in."""
+        whole = len(self.units.of_msg[m])
+        return [q for q in self.peers if self._pushes_from[(m, q)] < whole]
 
     def close(self):
         self.finish_pushes()

@@ -8,12 +8,14 @@ optimizer is shown only the parameters it updates, with the options
 they had at step().  step(), synchronize() and skip_synchronize() are
 here too: the calls a training loop makes."""
 import contextlib
+import importlib
 import itertools
 import time
 import weakref
 
 import torch
-from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.nn.modules.module import (register_module_forward_hook,
+                                      register_module_forward_pre_hook)
 from torch.overrides import TorchFunctionMode
 
 from . import _job
@@ -24,8 +26,13 @@ def _not_compiled(hook):
     wait and update (side effects on state outside the graph) would be
     fixed at the first call, and the next forward would not wait for
     its layer.  Each such hook breaks the compiled graph in two."""
-    compiler = getattr(torch, 'compiler', None)   # torch >= 2.1
-    return compiler.disable(hook) if hasattr(compiler, 'disable') else hook
+    disable = getattr(getattr(torch, 'compiler', None), 'disable', None)
+    if disable is None:             # torch 2.0 has only dynamo's own
+        try:
+            disable = importlib.import_module('torch._dynamo').disable
+        except ImportError:         # torch 1.13: nothing compiles
+            return hook
+    return disable(hook)
 
 
 def _compiled_graphs_see_hooks():
@@ -87,11 +94,13 @@ def groups_of(optimizer, params):
 class _FirstReads(TorchFunctionMode):
     """The first forward's reads of the parameters: one read before its
     own module's pre-hook ran (by another module, or by the root's own
-    forward) is noted in early."""
+    forward) is noted in early.  Entered by the first pre-hook (the
+    root's), left when that module returns, or at step() if it raised."""
 
-    def __init__(self, index, ran):
+    def __init__(self, index, ran, root):
         super().__init__()
-        self.index, self.ran, self.early = index, ran, set()
+        self.index, self.ran, self.root = index, ran, root
+        self.early = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -132,6 +141,8 @@ class Updates:
             if schedule == 'p3':
                 hooks.append(register_module_forward_pre_hook(
                     _not_compiled(self._make_finding_hook(index, hooks))))
+                hooks.append(register_module_forward_hook(
+                    _not_compiled(self._end_first_forward)))
             return hooks
         if schedule == 'p3':
             for m in model.modules():
@@ -141,8 +152,17 @@ class Updates:
                 if own or m is model:
                     hooks.append(m.register_forward_pre_hook(
                         _not_compiled(self._make_pre_hook(own))))
+            hooks.append(model.register_forward_hook(
+                _not_compiled(self._end_first_forward)))
         hooks.append(model._register_state_dict_hook(self._on_state_dict))
         return hooks
+
+    def _end_first_forward(self, module, inputs, output):
+        """The module that began the first forward's watch (_FirstReads)
+        has returned: the watch ends, as the modes entered inside that
+        forward have ended."""
+        if self._reads is not None and module is self._reads.root:
+            self._early |= self._stop_reads()
 
     def _on_state_dict(self, *_):
         """A checkpoint taken between step() and the next forward holds
@@ -190,7 +210,8 @@ class Updates:
         def pre_hook(module, inputs):
             if self._ran is not None:       # the first forward
                 if self._reads is None:
-                    self._reads = _FirstReads(self._index, self._ran)
+                    self._reads = _FirstReads(self._index, self._ran,
+                                              module)
                     self._reads.__enter__()
                 self._ran.update(own)
             # A parameter read in the first forward before its module ran,
@@ -275,12 +296,12 @@ class Updates:
         find_unused_parameters zeros for the parameters that got none),
         and begin the next step's exchange."""
         self._apply_pending()       # parameters the last forward never ran
-        self._check_sent()
         if self._ran is not None:   # the first forward is over
-            early = self._stop_reads()
+            early = self._early | self._stop_reads()
             self._outside = sorted(early.union(
                 i for i in range(len(self._params)) if i not in self._ran))
             self._ran = None
+        self._check_sent()
         absent = [i for i, k in enumerate(self._passes) if k == 0]
         if absent and not self._find_unused:
             raise RuntimeError(
