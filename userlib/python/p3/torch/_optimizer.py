@@ -147,9 +147,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         keep, explore = check_args(schedule, sparsify, keep, explore, order,
                                    backward_passes_per_step)
         reduction = Reduction(op, gradient_predivide_factor, compression)
-        if (sparsify or loss_tolerance) and (
-                compression is not Compression.none or op is not Average
-                or gradient_predivide_factor != 1.0):
+        if (sparsify or loss_tolerance) and not reduction.plain():
             raise ValueError('p3.torch: sparsify and loss_tolerance send '
                              'averages of their own wire form: not with '
                              'compression, op or gradient_predivide_factor')

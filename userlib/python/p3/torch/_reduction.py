@@ -75,6 +75,10 @@ class Reduction:
         """The numpy dtype each parameter's gradient travels in."""
         return np_dtypes(params, self.compression.wire)
 
+    def plain(self):
+        """The default: each gradient in its dtype, averaged."""
+        return self.key() == ('Average', 1.0, 'none')
+
     def key(self):
         """What every rank must agree on."""
         return (self.op.name, self.predivide, self.compression.name)

@@ -21,18 +21,24 @@ from torch.overrides import TorchFunctionMode
 from . import _job
 
 
+def _dynamo():
+    """torch.compile's TorchDynamo, or None (torch 1.13 has none)."""
+    try:
+        return importlib.import_module('torch._dynamo')
+    except ImportError:
+        return None
+
+
 def _not_compiled(hook):
     """hook, run as Python each time under torch.compile: traced, its
     wait and update (side effects on state outside the graph) would be
     fixed at the first call, and the next forward would not wait for
     its layer.  Each such hook breaks the compiled graph in two."""
+    # torch.compiler.disable from 2.1; 2.0 has only dynamo's own.
     disable = getattr(getattr(torch, 'compiler', None), 'disable', None)
-    if disable is None:             # torch 2.0 has only dynamo's own
-        try:
-            disable = importlib.import_module('torch._dynamo').disable
-        except ImportError:         # torch 1.13: nothing compiles
-            return hook
-    return disable(hook)
+    if disable is None and _dynamo() is not None:
+        disable = _dynamo().disable
+    return disable(hook) if disable else hook
 
 
 def _compiled_graphs_see_hooks():
@@ -43,11 +49,8 @@ def _compiled_graphs_see_hooks():
     applies its layer's update (seen: every rank waiting for averages
     until StepTimeout).  A graph keeps the guards it was compiled with:
     this runs on import, before a script compiles anything."""
-    try:
-        import torch._dynamo.config as dynamo     # torch >= 2.0
-    except ImportError:
-        return
-    dynamo.skip_nnmodule_hook_guards = False
+    if _dynamo() is not None:
+        _dynamo().config.skip_nnmodule_hook_guards = False
 
 
 _compiled_graphs_see_hooks()
