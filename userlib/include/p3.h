@@ -219,7 +219,7 @@ uint64_t p3_plan_suggest_slice(double alpha_s, double beta_s_per_byte,
 /* The channel protocol (hello, refusal, data) versions this libp3 speaks;
  * a hello names the one its channel will speak. */
 #define P3_PROTO_MIN		1
-#define P3_PROTO_MAX		1
+#define P3_PROTO_MAX		2
 #define P3_DEFAULT_MAX_PAYLOAD	(16u << 20)
 
 enum p3_frame_type {
@@ -328,6 +328,12 @@ struct p3_chan_opts {
 	uint64_t	level_stride;	/* band b's sockets carry level
 					 * b * level_stride; 0 = 1.  Both
 					 * ends must set the same. */
+	/* Since libp3 1.4. */
+	int		checksum;	/* sender: 0 or 1, each frame's CRC32C
+					 * covers its payload; -1, its header
+					 * only, the payload left to TCP's own
+					 * checksum (protocol 2: the receiver
+					 * needs libp3 1.4) */
 };
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
@@ -405,6 +411,18 @@ struct p3_buf {
 int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s, size_t n,
 			   const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
 			   int timeout_ms);
+
+/*
+ * As p3_chan_send_plan_bufs(), without the copy (p3_chan_send_ref()'s
+ * rules): each message is written from bufs' memory, which must stay
+ * unchanged until its completion (tensor: its first slice's, bytes: its
+ * payload, 0 if unsent).  With the progress engine the engine thread
+ * writes it: the caller only frames it, and with checksum -1 touches none
+ * of its bytes.
+ */
+int p3_chan_send_plan_ref(struct p3_chan *c, const struct p3_slice *s, size_t n,
+			  const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
+			  int timeout_ms);
 
 /* As p3_chan_send_plan_bufs(), with bare pointers that the library cannot
  * bound: a slice past its buffer reads past it.  Prefer the _bufs form. */

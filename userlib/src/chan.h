@@ -75,6 +75,7 @@ struct rx_conn {
 	int		payload;	/* 0: reading a header, 1: its payload */
 	uint8_t		*dst;		/* where the payload goes; NULL: dropped */
 	uint32_t	crc;		/* of the header and the payload so far */
+	int		hdr_crc;	/* the frame's CRC covers its header only */
 	struct p3_frame	hdr;
 };
 
@@ -84,6 +85,10 @@ struct p3_chan {
 	uint64_t		id;
 	uint64_t		cookie;		/* sender: groups its bands at the receiver */
 	uint32_t		max_payload;
+	/* The protocol its hellos name (p3.h, P3_PROTO_*): from 2 a data
+	 * frame may leave its payload to TCP's checksum. */
+	uint8_t			proto;
+	int			hdr_crc;	/* sender: frames' CRC covers headers only */
 
 	/* Threads: every field below is guarded by lock. */
 	pthread_mutex_t		lock;

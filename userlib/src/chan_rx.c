@@ -336,14 +336,20 @@ static int conn_header(struct p3_chan *c, struct rx_conn *k)
 {
 	struct p3_frame_limits lim;
 	struct rx_tensor *t;
+	uint8_t flags = 0;
 	uint64_t end;
 	int err;
 
 	rx_limits(c, &lim);
-	err = p3_frame_parse_header(k->buf, k->have, &lim, &k->hdr);
+	err = p3_frame_parse_header_flags(k->buf, k->have, &lim, &k->hdr,
+					  c->proto >= 2 ? P3_FRAME_F_HDRCRC : 0, &flags);
 	k->stalled = err == -EAGAIN;
 	if (err)
 		return k->stalled ? 0 : err;
+	/* A header-only CRC is checked before any of its fields is used. */
+	k->hdr_crc = flags & P3_FRAME_F_HDRCRC;
+	if (k->hdr_crc && p3_frame_crc_header(k->buf) != p3_frame_crc_wire(k->buf))
+		return -P3_ECSUM;
 	if (k->hdr.type != P3_FRAME_DATA)
 		return -P3_EBADFRAME;	/* a second hello */
 	/* Levels and connections map 1:1; anything else is misrouted. */
@@ -400,7 +406,8 @@ static int conn_took(struct p3_chan *c, struct rx_conn *k, const uint8_t *p, siz
 	k->have += n;
 	if (!k->payload)
 		return k->have == P3_FRAME_HDR_LEN ? conn_header(c, k) : 0;
-	k->crc = p3_crc32c(k->crc, p, n);
+	if (!k->hdr_crc)
+		k->crc = p3_crc32c(k->crc, p, n);
 	return k->have == k->hdr.length ? conn_frame(c, k) : 0;
 }
 

@@ -356,7 +356,7 @@ static size_t msg_frames(const struct p3_chan *c, const struct p3_send *s, size_
 static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int level,
 		       const struct p3_send *s, size_t n)
 {
-	uint8_t *p = m->data;
+	uint8_t *p = m->data, flags = c->hdr_crc ? P3_FRAME_F_HDRCRC : 0;
 	uint64_t off, len;
 	size_t i;
 
@@ -379,14 +379,14 @@ static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int l
 			if (m->ref) {
 				const uint8_t *payload = (const uint8_t *)s[i].data + off;
 
-				p3_frame_header(p, &f, payload);
+				p3_frame_header_flags(p, &f, payload, flags);
 				m->iov[m->niov++] = (struct iovec){ p, P3_FRAME_HDR_LEN };
 				m->iov[m->niov++] = (struct iovec){ (void *)payload, len };
 				p += P3_FRAME_HDR_LEN;
 				continue;
 			}
 			memcpy(p + P3_FRAME_HDR_LEN, (const uint8_t *)s[i].data + off, len);
-			p3_frame_header(p, &f, p + P3_FRAME_HDR_LEN);
+			p3_frame_header_flags(p, &f, p + P3_FRAME_HDR_LEN, flags);
 			p += P3_FRAME_HDR_LEN + len;
 		}
 	}
@@ -466,15 +466,18 @@ static struct tx_msg *msg_alloc(const struct p3_chan *c, const struct tx_spec *s
 	size_t bytes = sp->ref ? frames * P3_FRAME_HDR_LEN : sp->size;
 	size_t at = (bytes + 15) & ~(size_t)15;		/* the pieces, aligned */
 	struct tx_msg *m = malloc(sizeof(*m) + at + niov * sizeof(struct iovec));
+	uint64_t payload = 0;
+	size_t i;
 
 	if (!m)
 		return NULL;
 	*m = (struct tx_msg){ .iter = iter, .prio = sp->prio, .len = sp->size,
 			      .iov = (struct iovec *)(m->data + at), .ref = sp->ref };
+	for (i = 0; sp->ref && i < sp->n; i++)
+		payload += sp->s[i].length;
 	if (sp->ref)
 		m->done = (struct p3_completion){ .tensor = sp->s[0].tensor, .iter = iter,
-						  .bytes = sp->s[0].length,
-						  .t_first_ns = p3_now_ns() };
+						  .bytes = payload, .t_first_ns = p3_now_ns() };
 	return m;
 }
 
@@ -519,7 +522,7 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 	struct tx_msg **m;
 	size_t total, i;
 	unsigned int b;
-	int err, news;
+	int err, news, by_engine = c->engine_on;
 
 	err = tx_check(c, spec, nspec, &total);
 	if (!err)
@@ -538,6 +541,7 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 		heap_push(&c->tx[spec[i].level], m[i]);
 		c->queued += m[i]->len;
 		c->refs += m[i]->ref;
+		by_engine &= m[i]->ref;
 		touched |= 1ull << spec[i].level;
 	}
 	free(m);
@@ -546,11 +550,14 @@ static int tx_queue(struct p3_chan *c, struct tx_spec *spec, size_t nspec, uint6
 	 * waiters where a band failed or a copy=False message (this batch's
 	 * or an earlier one's) may have completed: a kick costs it a pass
 	 * over every channel's sockets (at 16 ranks a rank polls 240), so a
-	 * copied message written whole here does without. */
+	 * copied message written whole here does without.  A batch sent by
+	 * reference is written by the engine where there is one, so that the
+	 * caller (a training thread) copies none of its bytes into sockets. */
 	news = c->refs != 0;
 	for (b = 0; b < c->bands; b++) {
 		if (touched & (1ull << b)) {
-			band_write(c, &c->tx[b]);
+			if (!by_engine)
+				band_write(c, &c->tx[b]);
 			news |= band_busy(&c->tx[b]) || c->tx[b].err;
 		}
 	}
@@ -610,7 +617,7 @@ P3_EXPORT int p3_chan_send_ref(struct p3_chan *c, unsigned int level, uint32_t p
  * at the most urgent priority among them.  Returns the message count, or
  * -EINVAL for a slice without its buffer or a message across levels. */
 static ssize_t plan_specs(const struct p3_slice *s, size_t n, const struct p3_buf *bufs,
-			  size_t nbufs, struct p3_send *v, struct tx_spec *spec)
+			  size_t nbufs, struct p3_send *v, struct tx_spec *spec, int ref)
 {
 	const struct p3_buf *b;
 	size_t i, nspec = 0;
@@ -635,14 +642,15 @@ static ssize_t plan_specs(const struct p3_slice *s, size_t n, const struct p3_bu
 			continue;
 		}
 		spec[nspec++] = (struct tx_spec){ .level = s[i].level, .prio = s[i].prio,
-						  .s = &v[i], .n = 1 };
+						  .s = &v[i], .n = 1, .ref = ref };
 	}
 	return (ssize_t)nspec;
 }
 
-P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s, size_t n,
-				     const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
-				     int timeout_ms)
+/* A plan's messages, copied or (ref) sent from bufs. */
+static int plan_queue(struct p3_chan *c, const struct p3_slice *s, size_t n,
+		      const struct p3_buf *bufs, size_t nbufs, uint64_t iter, int timeout_ms,
+		      int ref)
 {
 	struct tx_spec *spec;
 	struct p3_send *v;
@@ -658,7 +666,7 @@ P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s
 	v = malloc(n * sizeof(*v));
 	spec = malloc(n * sizeof(*spec));
 	err = v && spec ? 0 : -ENOMEM;
-	nspec = err ? err : plan_specs(s, n, bufs, nbufs, v, spec);
+	nspec = err ? err : plan_specs(s, n, bufs, nbufs, v, spec, ref);
 	if (nspec >= 0)
 		err = tx_queue_locked(c, spec, (size_t)nspec, iter, timeout_ms);
 	else
@@ -666,6 +674,20 @@ P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s
 	free(v);
 	free(spec);
 	return err;
+}
+
+P3_EXPORT int p3_chan_send_plan_bufs(struct p3_chan *c, const struct p3_slice *s, size_t n,
+				     const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
+				     int timeout_ms)
+{
+	return plan_queue(c, s, n, bufs, nbufs, iter, timeout_ms, 0);
+}
+
+P3_EXPORT int p3_chan_send_plan_ref(struct p3_chan *c, const struct p3_slice *s, size_t n,
+				    const struct p3_buf *bufs, size_t nbufs, uint64_t iter,
+				    int timeout_ms)
+{
+	return plan_queue(c, s, n, bufs, nbufs, iter, timeout_ms, 1);
 }
 
 P3_EXPORT int p3_chan_send_plan(struct p3_chan *c, const struct p3_slice *s, size_t n,
@@ -704,7 +726,7 @@ int tx_push_hello(struct p3_chan *c, unsigned int band)
 	m->iov[m->niov++] = (struct iovec){ .iov_base = m->data, .iov_len = len };
 	p3_hello_build(m->data, &(struct p3_hello){
 		.chan_id = c->id, .cookie = c->cookie, .band = (uint8_t)band,
-		.bands = (uint8_t)c->bands, .proto = P3_PROTO_MAX,
+		.bands = (uint8_t)c->bands, .proto = c->proto,
 		.max_payload = c->max_payload });
 	/* As the current message it goes before anything queued later. */
 	c->tx[band].cur = m;
@@ -800,7 +822,8 @@ static void close_bands(struct p3_chan *c)
 
 static int check_opts(const struct p3_chan_opts *o)
 {
-	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN)
+	if (!o->bands || o->bands > P3_MAX_BANDS || o->max_payload > INT32_MAX - P3_FRAME_HDR_LEN ||
+	    o->checksum < -1 || o->checksum > 1)
 		return -EINVAL;
 	/* Every band's level must be one a tag can carry. */
 	if (chan_band_level(o->bands - 1, o->level_stride) < 0)
@@ -829,8 +852,12 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	if (err)
 		return err == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
 	c = chan_alloc(P3_ROLE_TX, o.bands, o.chan_id ? o.chan_id : random_id(), o.max_payload);
-	if (c)
+	if (c) {
 		c->cookie = random_id();	/* never the caller's: ids can repeat */
+		/* Protocol 1 where it suffices: an older receiver takes it. */
+		c->hdr_crc = o.checksum < 0;
+		c->proto = c->hdr_crc ? 2 : 1;
+	}
 	err = c ? -ECONNREFUSED : -ENOMEM;
 	for (ai = res; c && ai; ai = ai->ai_next) {
 		err = connect_addr(c, ai, &o);

@@ -63,25 +63,33 @@ static uint32_t frame_crc(const uint8_t *hdr, const void *payload, uint32_t len)
 	return p3_crc32c(p3_frame_crc_header(hdr), payload, len);
 }
 
-P3_EXPORT int p3_frame_header(void *hdr, const struct p3_frame *f, const void *payload)
+int p3_frame_header_flags(void *hdr, const struct p3_frame *f, const void *payload,
+			  uint8_t flags)
 {
 	uint8_t *h = hdr;
 
 	if (!h || !f || (f->length && !payload) || f->type > P3_FRAME_REFUSE ||
-	    f->level >= P3_MAX_BANDS || !f->length || f->offset + f->length < f->offset)
+	    f->level >= P3_MAX_BANDS || !f->length || f->offset + f->length < f->offset ||
+	    (flags & ~P3_FRAME_F_HDRCRC) || (flags && f->type != P3_FRAME_DATA))
 		return -EINVAL;
 	put_be32(h + OFF_MAGIC, P3_FRAME_MAGIC);
 	h[OFF_VERSION] = P3_FRAME_VERSION;
 	h[OFF_TYPE] = f->type;
 	h[OFF_LEVEL] = f->level;
-	h[OFF_FLAGS] = 0;
+	h[OFF_FLAGS] = flags;
 	put_be32(h + OFF_TENSOR, f->tensor);
 	put_be32(h + OFF_LENGTH, f->length);
 	put_be64(h + OFF_OFFSET, f->offset);
 	put_be64(h + OFF_ITER, f->iter);
 	put_be32(h + OFF_RSVD, 0);
-	put_be32(h + OFF_CRC, frame_crc(h, payload, f->length));
+	put_be32(h + OFF_CRC, flags & P3_FRAME_F_HDRCRC ? p3_frame_crc_header(h)
+						      : frame_crc(h, payload, f->length));
 	return 0;
+}
+
+P3_EXPORT int p3_frame_header(void *hdr, const struct p3_frame *f, const void *payload)
+{
+	return p3_frame_header_flags(hdr, f, payload, 0);
 }
 
 static void frame_decode(const uint8_t *h, struct p3_frame *f)
@@ -95,17 +103,21 @@ static void frame_decode(const uint8_t *h, struct p3_frame *f)
 	f->payload = NULL;
 }
 
-/* The checks that need no knowledge of the receiver. */
-static int frame_check_format(const uint8_t *h, const struct p3_frame *f)
+/* The checks that need no knowledge of the receiver; flags beyond
+ * allowed, or on anything but data, are refused. */
+static int frame_check_format(const uint8_t *h, const struct p3_frame *f, uint8_t allowed)
 {
 	if (get_be32(h + OFF_MAGIC) != P3_FRAME_MAGIC)
 		return -P3_EBADMAGIC;
 	if (h[OFF_VERSION] != P3_FRAME_VERSION)
 		return -P3_EVERSION;
-	if (f->type > P3_FRAME_REFUSE || h[OFF_FLAGS] || get_be32(h + OFF_RSVD) || !f->length)
+	if (f->type > P3_FRAME_REFUSE || (h[OFF_FLAGS] & ~allowed) || get_be32(h + OFF_RSVD) ||
+	    !f->length)
 		return -P3_EBADFRAME;
 	if (f->type == P3_FRAME_DATA)
 		return 0;
+	if (h[OFF_FLAGS])
+		return -P3_EBADFRAME;
 	if (f->length != (f->type == P3_FRAME_HELLO ? P3_HELLO_LEN : P3_REFUSE_LEN) ||
 	    f->tensor || f->offset || f->iter)
 		return -P3_EBADFRAME;
@@ -143,8 +155,8 @@ static int frame_check_limits(const struct p3_frame *f, const struct p3_frame_li
 	return 0;
 }
 
-P3_EXPORT int p3_frame_parse_header(const void *buf, size_t len,
-				    const struct p3_frame_limits *lim, struct p3_frame *f)
+int p3_frame_parse_header_flags(const void *buf, size_t len, const struct p3_frame_limits *lim,
+				struct p3_frame *f, uint8_t allowed, uint8_t *flags)
 {
 	int err;
 
@@ -153,10 +165,18 @@ P3_EXPORT int p3_frame_parse_header(const void *buf, size_t len,
 	if (len < P3_FRAME_HDR_LEN)
 		return -P3_ETRUNC;
 	frame_decode(buf, f);
-	err = frame_check_format(buf, f);
+	err = frame_check_format(buf, f, allowed);
 	if (err)
 		return err;
+	if (flags)
+		*flags = ((const uint8_t *)buf)[OFF_FLAGS];
 	return frame_check_limits(f, lim);
+}
+
+P3_EXPORT int p3_frame_parse_header(const void *buf, size_t len,
+				    const struct p3_frame_limits *lim, struct p3_frame *f)
+{
+	return p3_frame_parse_header_flags(buf, len, lim, f, 0, NULL);
 }
 
 P3_EXPORT int p3_frame_parse(const void *buf, size_t len, const struct p3_frame_limits *lim,

@@ -75,6 +75,16 @@ int p3_tag_resolve(int method);
 uint32_t p3_frame_crc_header(const void *hdr);
 uint32_t p3_frame_crc_wire(const void *hdr);
 
+/* frame.c, for channels of protocol 2: a data frame whose CRC covers its
+ * header only (flag P3_FRAME_F_HDRCRC), its payload left to TCP's own
+ * checksum.  The public parsers refuse the flag: datagrams and every
+ * protocol-1 channel keep the payload's CRC. */
+#define P3_FRAME_F_HDRCRC	0x01
+int p3_frame_header_flags(void *hdr, const struct p3_frame *f, const void *payload,
+			  uint8_t flags);
+int p3_frame_parse_header_flags(const void *buf, size_t len, const struct p3_frame_limits *lim,
+				struct p3_frame *f, uint8_t allowed, uint8_t *flags);
+
 /* crc32c.c: CRC-32C without the CPU's instruction (p3_crc32c() picks the fastest
  * at run time); internal, for the tests to check both paths.
  */

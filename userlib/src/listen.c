@@ -33,6 +33,7 @@ struct group {
 	unsigned int	bands;
 	uint64_t	since;
 	uint64_t	seen;		/* bit b: band b has said hello */
+	uint8_t		proto;		/* every band's hello names the same */
 	int		fd[P3_MAX_BANDS];
 };
 
@@ -206,7 +207,8 @@ static struct group *group_get(struct p3_listener *l, const struct p3_hello *h)
 		group_drop(l, oldest, 1);
 	}
 	l->grp[l->ngrp] = (struct group){ .cookie = h->cookie, .id = h->chan_id,
-					  .bands = h->bands, .since = p3_now_ns() };
+					  .bands = h->bands, .proto = h->proto,
+					  .since = p3_now_ns() };
 	return &l->grp[l->ngrp++];
 }
 
@@ -232,6 +234,7 @@ static int group_chan(struct p3_listener *l, struct group *g, struct p3_chan **o
 
 	if (!c)
 		return -ENOMEM;
+	c->proto = g->proto;
 	for (b = 0; b < g->bands; b++) {
 		/* A receiving socket sends only ACKs, but left untagged they
 		 * wait in the qdisc's least urgent band behind this host's own
@@ -292,7 +295,8 @@ static int pend_hello(struct p3_listener *l, unsigned int i, struct p3_chan **ou
 		return -n;
 	}
 	g = group_get(l, &h);
-	if (g->bands != h.bands || g->id != h.chan_id || (g->seen & (1ull << h.band))) {
+	if (g->bands != h.bands || g->id != h.chan_id || g->proto != h.proto ||
+	    (g->seen & (1ull << h.band))) {
 		pend_refuse(l, i, &h, P3_EHELLO);
 		return -P3_EHELLO;
 	}

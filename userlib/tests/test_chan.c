@@ -687,6 +687,73 @@ static void test_send_ref_changed(void)
 	free(dst);
 }
 
+/*
+ * A plan sent by reference, from the engine thread, with each frame's CRC
+ * over its payload (checksum 0) or its header only (-1, protocol 2): one
+ * completion a message, its payload's bytes, and every byte delivered.
+ */
+static void test_plan_ref(int checksum)
+{
+	enum { SIZE = 5 << 20 };
+	struct p3_slice s[3] = {
+		{ .tensor = 0, .msg = 0, .length = SIZE, .level = 0 },
+		{ .tensor = 1, .msg = 0, .length = SIZE, .level = 0 },
+		{ .tensor = 2, .msg = 1, .length = SIZE, .level = 1 },
+	};
+	struct p3_listener *l = listen_any("127.0.0.1", 0);
+	uint8_t *src = malloc(3 * (size_t)SIZE), *dst = calloc(3, SIZE);
+	struct p3_buf bufs[3];
+	struct p3_completion d[3];
+	struct ref_rx r = { .n = 3 };
+	struct p3_chan_opts o;
+	struct p3_chan *tx = NULL;
+	size_t i, got = 0;
+	int err = -1;
+	pthread_t th;
+
+	p3_chan_opts_init(&o);
+	o.bands = 2;
+	o.progress = 1;
+	o.checksum = checksum;
+	fill_pattern(src, 3 * (size_t)SIZE, 11, 0);
+	for (i = 0; i < 3; i++)
+		bufs[i] = (struct p3_buf){ src + i * SIZE, SIZE };
+	if (l && !p3_chan_connect("127.0.0.1", port, &o, &tx) && !p3_accept(l, 10000, &r.rx)) {
+		for (i = 0; i < 3; i++)
+			p3_chan_expect(r.rx, (uint32_t)i, dst + i * SIZE, SIZE, 9);
+		pthread_create(&th, NULL, ref_receiver, &r);
+		err = p3_chan_send_plan_ref(tx, s, 3, bufs, 3, 9, 5000);
+		got = tx_completions(tx, d, 2);
+		pthread_join(th, NULL);
+	}
+	ok(!err && got == 2 && d[0].iter == 9 && d[1].iter == 9 &&
+	   d[0].bytes + d[1].bytes == 3 * (uint64_t)SIZE &&
+	   (d[0].tensor == 0 ? d[0].bytes == 2 * SIZE && d[1].tensor == 2
+			     : d[0].tensor == 2 && d[1].tensor == 0 && d[1].bytes == 2 * SIZE),
+	   "checksum %d: a plan of 2 messages by reference: a completion each (its first "
+	   "tensor, its payload's bytes)", checksum);
+	ok(r.got == 3 && !memcmp(src, dst, 3 * (size_t)SIZE),
+	   "checksum %d: every byte delivered from the caller's memory", checksum);
+	p3_chan_close(tx);
+	p3_chan_close(r.rx);
+	p3_listener_close(l);
+	free(src);
+	free(dst);
+}
+
+static void test_checksum_option(void)
+{
+	struct p3_listener *l = listen_any("127.0.0.1", 0);
+	struct p3_chan_opts o;
+	struct p3_chan *c = NULL;
+
+	p3_chan_opts_init(&o);
+	o.checksum = 2;
+	ok(l && p3_chan_connect("127.0.0.1", port, &o, &c) == -EINVAL && !c,
+	   "checksum 2: EINVAL before any connection");
+	p3_listener_close(l);
+}
+
 /* ------------------------------------------------------- receivers' ACKs */
 
 static int sock_port(int fd, int peer)
@@ -886,6 +953,9 @@ int main(void)
 	test_failures();
 	test_send_ref();
 	test_send_ref_changed();
+	test_plan_ref(0);
+	test_plan_ref(-1);
+	test_checksum_option();
 	test_receiver_tags("127.0.0.1", 1);
 	test_receiver_tags("::1", 1);
 	test_receiver_tags("127.0.0.1", 2);

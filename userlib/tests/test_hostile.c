@@ -81,11 +81,15 @@ static void raw_hello_as(int fd, const struct p3_hello *hello)
 	raw_write(fd, h, sizeof(h));
 }
 
+/* The protocol the raw client's hellos name: 1, where every frame's CRC
+ * covers its payload; 2 lets a frame leave it to TCP (P3_FRAME_F_HDRCRC). */
+static unsigned int hello_proto = 1;
+
 /* The cookie follows the id, so that one id's bands form one channel. */
 static void raw_hello(int fd, uint64_t id, unsigned int band, unsigned int bands)
 {
 	raw_hello_as(fd, &(struct p3_hello){ .chan_id = id, .cookie = id ^ 0x5eed, .band = band,
-					     .bands = bands, .proto = P3_PROTO_MAX,
+					     .bands = bands, .proto = (uint8_t)hello_proto,
 					     .max_payload = 1024 });
 }
 
@@ -104,6 +108,18 @@ static size_t frame(uint8_t *buf, unsigned int level, uint32_t id, uint64_t off,
 		memset(buf + P3_FRAME_HDR_LEN, 0x77, len);
 	p3_frame_header(buf, &f, buf + P3_FRAME_HDR_LEN);
 	return P3_FRAME_HDR_LEN + len;
+}
+
+/* frame(), its CRC over the header only (protocol 2's flag). */
+static size_t frame_hdr_crc(uint8_t *buf, unsigned int level, uint32_t id, uint64_t off,
+			    uint32_t len, uint64_t iter)
+{
+	struct p3_frame f = { .type = P3_FRAME_DATA, .level = level, .tensor = id,
+			      .offset = off, .length = len, .iter = iter };
+	size_t n = frame(buf, level, id, off, len, iter);
+
+	p3_frame_header_flags(buf, &f, buf + P3_FRAME_HDR_LEN, P3_FRAME_F_HDRCRC);
+	return n;
 }
 
 static void reseal(uint8_t *buf, uint32_t len)
@@ -310,6 +326,31 @@ static void test_attacks(void)
 						  .max_payload = 1024 });
 	attack("second hello on a data connection", hb[0], P3_FRAME_HDR_LEN + P3_HELLO_LEN, 0,
 	       -P3_EBADFRAME, B_UNTOUCHED);
+}
+
+/* Protocol 2's header-only CRC: refused on a protocol-1 channel, and on
+ * a protocol-2 one still a checked header, with no other flag. */
+static void test_header_crc(void)
+{
+	size_t n;
+
+	n = frame_hdr_crc(hb[0], 1, B, 0, 100, ITER);
+	attack("header-only CRC on a protocol-1 channel", hb[0], n, 0, -P3_EBADFRAME,
+	       B_UNTOUCHED);
+	hello_proto = 2;
+	n = frame_hdr_crc(hb[0], 1, B, 0, 2000, ITER);
+	hb[0][16 + 7] ^= 0x08;		/* the offset: 8 bytes on */
+	attack("protocol 2, header-only CRC, header changed", hb[0], n, 0, -P3_ECSUM,
+	       B_UNTOUCHED);
+	n = frame_hdr_crc(hb[0], 1, B, 0, 100, ITER);
+	hb[0][7] = 0x03;
+	reseal(hb[0], 100);
+	attack("protocol 2, an unknown flag", hb[0], n, 0, -P3_EBADFRAME, B_UNTOUCHED);
+	n = frame(hb[0], 1, B, 0, 2000, ITER);
+	hb[0][P3_FRAME_HDR_LEN + 1234] ^= 0x40;
+	attack("protocol 2, a full CRC still checks the payload", hb[0], n, 0, -P3_ECSUM,
+	       B_IN_FRAME);
+	hello_proto = 1;
 }
 
 /* Random single mutations of a valid stream: whatever the error, the
@@ -636,6 +677,7 @@ static void test_emfile(void)
 int main(void)
 {
 	test_attacks();
+	test_header_crc();
 	test_mutations();
 	test_expiry();
 	test_handshake();

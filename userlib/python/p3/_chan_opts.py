@@ -12,7 +12,7 @@ from ._tagging import _method
 
 def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
           max_payload=16 << 20, timeout=10.0, progress=True,
-          peer_timeout=30.0, level_stride=1):
+          peer_timeout=30.0, level_stride=1, checksum=True):
     o = _ChanOpts()
     _opts_init(ctypes.byref(o), ctypes.sizeof(o))
     o.bands = int(bands)
@@ -28,4 +28,7 @@ def _opts(bands=8, method=None, chan_id=0, max_queued=64 << 20,
         raise ValueError('p3: level_stride must be a positive level count, '
                          'not %r' % (level_stride,))
     o.level_stride = int(level_stride)
+    # A sender's frames: CRC32C over header and payload, or (False) over
+    # the header only, the payload left to TCP's checksum.
+    o.checksum = 0 if checksum else -1
     return o

@@ -17,7 +17,7 @@ from ._clock import Timeout, _ms
 from ._closing import _Closing
 from ._errors import ClosedError, _CODES, _check, _error
 from ._libp3 import _Completion, _band_status, _bands, _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next, \
-    _pending, _poll, _queued, _send, _send_plan, _send_ref, _shutdown, _vp
+    _pending, _poll, _queued, _send, _send_plan, _send_plan_ref, _send_ref, _shutdown, _vp
 from ._plan import Plan
 from ._planner import Slice
 
@@ -52,11 +52,13 @@ class Channel(_Closing):
                 max_queued: int = 64 << 20, max_payload: int = 16 << 20,
                 timeout: Timeout = 10.0, progress: bool = True,
                 peer_timeout: Timeout = 30.0,
-                level_stride: int = 1) -> 'Channel':
+                level_stride: int = 1, checksum: bool = True) -> 'Channel':
         """Band b's sockets carry level b * level_stride (the Listener
-        must use the same): 2 leaves every other level to datagrams."""
+        must use the same): 2 leaves every other level to datagrams.
+        checksum=False: each frame's CRC32C covers its header only, the
+        payload left to TCP's checksum (the receiver needs libp3 1.4)."""
         o = _opts(bands, method, chan_id, max_queued, max_payload, timeout,
-                  progress, peer_timeout, level_stride)
+                  progress, peer_timeout, level_stride, checksum)
         h = _vp()
         _check(_connect(str(host).encode(), str(port).encode(),
                         ctypes.byref(o), ctypes.byref(h)), 'connect')
@@ -139,12 +141,31 @@ class Channel(_Closing):
             self.send_prepared(plan, iteration, timeout)
 
     def send_prepared(self, plan: 'Plan', iteration: int = 0,
-                      timeout: Timeout = None) -> None:
+                      timeout: Timeout = None, copy: bool = True) -> None:
         """send_plan() of a Plan built once: a plan sent every step from
-        the same buffers costs one call, not a walk of its slices."""
-        _check(self._call(_send_plan, plan.cs, plan.n, plan.refs,
-                          len(plan.refs), int(iteration), _ms(timeout)),
-               'send_plan')
+        the same buffers costs one call, not a walk of its slices.  With
+        copy=False its buffers are written from where they are (by the
+        progress engine's thread, if the channel has one): each message
+        holds them until its completion (tensor: the message's first,
+        plan.heads), taken by poll(), wait_sent() or flush()."""
+        if copy:
+            _check(self._call(_send_plan, plan.cs, plan.n, plan.refs,
+                              len(plan.refs), int(iteration), _ms(timeout)),
+                   'send_plan')
+            return
+        keys = [(t, int(iteration)) for t in plan.heads]
+        with self._lock:
+            for k in keys:
+                self._sent_refs.setdefault(k, []).append(plan)
+        try:
+            _check(self._call(_send_plan_ref, plan.cs, plan.n, plan.refs,
+                              len(plan.refs), int(iteration), _ms(timeout)),
+                   'send_plan')
+        except BaseException:
+            with self._lock:
+                for k in keys:
+                    self._unref_locked(k)
+            raise
 
     @property
     def queued(self) -> int:

@@ -85,7 +85,8 @@ class _ChanOpts(ctypes.Structure):
                 ('notsent_lowat', _int), ('chan_id', _u64),
                 ('max_queued', _size), ('max_payload', _u32),
                 ('timeout_ms', _int), ('progress', _int),
-                ('peer_timeout_ms', _int), ('level_stride', _u64)]
+                ('peer_timeout_ms', _int), ('level_stride', _u64),
+                ('checksum', _int)]
 
 
 class _BufRef(ctypes.Structure):
@@ -157,6 +158,8 @@ _send_ref = _proto('p3_chan_send_ref', _int, _vp, _uint, _u32, _u64, _u32, _u64,
                    _vp, _u64, _int)
 _send_plan = _proto('p3_chan_send_plan_bufs', _int, _vp, _P(_Slice), _size,
                     _P(_BufRef), _size, _u64, _int)
+_send_plan_ref = _proto('p3_chan_send_plan_ref', _int, _vp, _P(_Slice), _size,
+                        _P(_BufRef), _size, _u64, _int)
 _queued = _proto('p3_chan_queued', _size, _vp)
 _flush = _proto('p3_chan_flush', _int, _vp, _int)
 _listen = _proto('p3_listen', _int, _cp, _cp, _P(_ChanOpts), _P(_vp))

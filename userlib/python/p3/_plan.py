@@ -12,7 +12,8 @@ from ._planner import Slice
 class Plan:
     """A plan's slices and the buffers they read, checked and laid out for
     the library once; the buffers stay exported while the Plan lives, and
-    what they hold when it is sent is what goes (the library copies it)."""
+    what they hold when it is sent is what goes (the library copies it,
+    or with copy=False reads it until each message's completion)."""
 
     def __init__(self, slices: Iterable[Slice],
                  arrays: Union[Mapping[int, BufferLike], Sequence[BufferLike]]):
@@ -21,6 +22,10 @@ class Plan:
         self.bytes = sum(s.length for s in slices)
         self._bufs = bufs = {}
         self.cs = cs = (_Slice * max(1, self.n))()
+        # Each message's first tensor: what its completion names when the
+        # plan goes by reference (Channel.send_prepared(copy=False)).
+        self.heads = [s.tensor for i, s in enumerate(slices)
+                      if not i or s.msg != slices[i - 1].msg]
         for i, s in enumerate(slices):
             if s.tensor not in bufs:
                 bufs[s.tensor] = _Buf(arrays[s.tensor])

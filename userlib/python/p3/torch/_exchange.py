@@ -82,6 +82,12 @@ class Exchange(Reducer):
         self.bytes_pushed = 0
         self.bytes_returned = 0
         self._plans = {}            # (peer, message, pull): its p3.Plan
+        # Main thread only: dense pushes go by reference (the engine
+        # thread writes them from _gflat): message: the peer whose
+        # channel may still read it.  Its gradients are written again
+        # only once that send's completion is in (_free_push).
+        self._pushing = {}
+        self._by_ref = not (sparse or lossy)
         self.bytes_resent = 0
         # Taken as a bare Lock (entered from C: a Condition's with-block
         # runs Python), several times per message; cv waits on it.
@@ -152,8 +158,11 @@ class Exchange(Reducer):
             plan = self._plan(m, pull)
             if not self.sparse:
                 self._plans[(q, m, pull)] = plan
+        by_ref = self._by_ref and not pull
+        if by_ref:
+            self._pushing[m] = q
         self.mesh.tx[q].send_prepared(plan, iteration=it,
-                                      timeout=self.timeout)
+                                      timeout=self.timeout, copy=not by_ref)
         if pull:
             self.bytes_returned += plan.bytes
         else:
@@ -180,8 +189,32 @@ class Exchange(Reducer):
 
     # --------------------------------------------------- the main thread
 
+    def _free_push(self, m, deadline):
+        """Wait until no channel reads message m's pushed gradients: the
+        last step's push by reference is written (or its band failed).
+        Completions are taken a channel at a time, all that are in."""
+        while m in self._pushing:
+            q = self._pushing[m]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                raise StepTimeout('p3.torch: rank %d waited %.0f s to send '
+                                  'to rank %d' % (self.rank, self.timeout, q))
+            try:
+                done = self.mesh.tx[q].poll(min(left, 0.5))
+            except p3.Error as e:
+                raise PeerError('p3.torch: rank %d cannot push to rank %d: %s'
+                                % (self.rank, q, e)) from e
+            for c in done:
+                if c.tensor < self.units.n:
+                    self._pushing.pop(self.units.units[c.tensor].msg, None)
+
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""
+        if self._pushing:
+            deadline = time.monotonic() + self.timeout
+            for m in self.lay.tensor_msgs[i]:
+                self._free_push(m, deadline)
         self._gshaped[i].copy_(grad)
         self.reduction.scale_local(self._gshaped[i])
         if self.sparse:

@@ -95,6 +95,11 @@ class Mesh:
         buf_bytes, early_bytes) of this rank's datagram receiver."""
         self.rank = rank
         self.tx, self.rx = {}, {}
+        # TCP checks every segment, as Gloo, NCCL and MPI rely on: a
+        # frame's CRC32C covers its header only, unless P3_CHECKSUM=1
+        # asks for the payload too (one more pass over every byte on
+        # each side).
+        checksum = os.environ.get('P3_CHECKSUM', '0') == '1'
         self.dg_tx, self.dg_rx = {}, None
         stride = STRIDE if dgram else 1
         # A peer that vanishes without a FIN fails its channel after
@@ -122,7 +127,7 @@ class Mesh:
                     addr, port, bands=bands, timeout=timeout,
                     peer_timeout=timeout, max_queued=max_queued,
                     chan_id=(nonce << RANK_BITS) | (rank + 1),
-                    level_stride=stride)
+                    level_stride=stride, checksum=checksum)
             while len(self.rx) < world - 1:
                 ch = self._lst.accept(timeout=timeout)
                 q = (ch.chan_id & ((1 << RANK_BITS) - 1)) - 1
