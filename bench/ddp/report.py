@@ -57,11 +57,25 @@ def speeds(g, mode):
     return [d['mean_s'] / m['mean_s'] for d, m in zip(g['ddp'], g[mode])]
 
 
+def bound(g):
+    """The overlap bound of a step: the longer of the compute-only step
+    and the bytes each rank sends a step (the model's, DDP's ring and
+    p3.torch's owners alike) at the link's rate."""
+    wire = (g['ddp'][0]['bytes'] * 8 / (g['mbit'] * 1e6) if g['mbit']
+            else 0.0)
+    return max(g['compute_s'], wire)
+
+
 def table(rows):
-    lines = ['| model | link | compute s/step | DDP s/step | '
+    """Speeds against DDP, each mode's fraction of the overlap bound
+    (bound ÷ its step: 1 is at the bound), and p3's CPU a step (rank 0's
+    process, all threads) against DDP's."""
+    lines = ['| model | link | compute s/step | bound s/step | DDP s/step | '
              + ' | '.join('%s ÷ DDP (rounds)' % m for m in MODES)
-             + ' | params = DDP\'s |',
-             '|---|---|---:|---:|' + '---:|' * len(MODES) + '---|']
+             + ' | of the bound: DDP / ' + ' / '.join(MODES)
+             + ' | CPU a step, p3 ÷ DDP | params = DDP\'s |',
+             '|---|---|---:|---:|---:|' + '---:|' * len(MODES)
+             + '---:|---:|---|']
     for (model, point, *_), g in groups(rows).items():
         if not g['ddp']:
             continue
@@ -75,10 +89,16 @@ def table(rows):
                 if s else '–')
         equal = all(r['digest'] == g['ddp'][0]['digest']
                     for m in ('ddp',) + MODES for r in g[m])
-        lines.append('| %s | %s (%s)%s | %.3f | %.3f | %s | %s |' % (
-            model, link, point, extras(g),
-            g['compute_s'], mean([d['mean_s'] for d in g['ddp']]),
-            ' | '.join(cells), 'bitwise' if equal else 'no'))
+        b = bound(g)
+        frac = ' / '.join('%.2f' % (b / mean([r['mean_s'] for r in g[m]]))
+                          if g[m] else '–' for m in ('ddp',) + MODES)
+        cpu = ('%.2f×' % (mean([mean(r['cpu_s']) for r in g['p3']]) /
+                          mean([mean(r['cpu_s']) for r in g['ddp']]))
+               if g['p3'] else '–')
+        lines.append('| %s | %s (%s)%s | %.3f | %.3f | %.3f | %s | %s | %s | %s |' % (
+            model, link, point, extras(g), g['compute_s'], b,
+            mean([d['mean_s'] for d in g['ddp']]),
+            ' | '.join(cells), frac, cpu, 'bitwise' if equal else 'no'))
     return '\n'.join(lines)
 
 

@@ -390,7 +390,9 @@ int p3_chan_send(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t 
  * written, or bytes = 0 if the band failed first.  p3_chan_close() ends
  * every reference at once.  A buffer changed before its completion is
  * refused by the receiver (its checksum no longer matches), never
- * delivered altered.
+ * delivered altered, unless the channel's checksum is -1 (its frames'
+ * CRC covers their headers only): then what arrives is what the socket
+ * read, changed or not.
  */
 int p3_chan_send_ref(struct p3_chan *c, unsigned int level, uint32_t prio, uint64_t iter,
 		     uint32_t tensor, uint64_t offset, const void *data, uint64_t length,
@@ -500,6 +502,10 @@ struct p3_completion {
 
 /* Pop one completion: 1 if *out was filled, 0 if none is ready. */
 int p3_chan_next(struct p3_chan *c, struct p3_completion *out);
+
+/* As p3_chan_next(), up to n at once (libp3 1.4): how many it wrote to
+ * out[0..), in order; 0 when none is ready. */
+size_t p3_chan_next_batch(struct p3_chan *c, struct p3_completion *out, size_t n);
 
 /* Receiver: registered tensors not yet complete. */
 size_t p3_chan_pending(const struct p3_chan *c);

@@ -201,22 +201,27 @@ P3_EXPORT int p3_chan_expect(struct p3_chan *c, uint32_t tensor, void *buf, uint
 
 /* ---------------------------------------------------------- completions */
 
-P3_EXPORT int p3_chan_next(struct p3_chan *c, struct p3_completion *out)
+P3_EXPORT size_t p3_chan_next_batch(struct p3_chan *c, struct p3_completion *out, size_t n)
 {
-	int got;
+	size_t got = 0;
 
 	if (!c || !out)
 		return 0;
 	chan_lock(c);
-	got = c->done_n > 0;
-	if (got) {
-		*out = c->done[c->done_head];
+	while (got < n && c->done_n > 0) {
+		out[got++] = c->done[c->done_head];
 		c->done_head = (c->done_head + 1) % c->done_cap;
 		c->done_n--;
-		chan_consumed(c);
 	}
+	if (got)
+		chan_consumed(c);
 	chan_unlock(c);
 	return got;
+}
+
+P3_EXPORT int p3_chan_next(struct p3_chan *c, struct p3_completion *out)
+{
+	return p3_chan_next_batch(c, out, 1) == 1;
 }
 
 /* ------------------------------------------------------- received ranges */

@@ -31,6 +31,7 @@ int main(void)
 	FIELD(p3_chan_opts, max_queued); FIELD(p3_chan_opts, max_payload);
 	FIELD(p3_chan_opts, timeout_ms); FIELD(p3_chan_opts, progress);
 	FIELD(p3_chan_opts, peer_timeout_ms); FIELD(p3_chan_opts, level_stride);
+	FIELD(p3_chan_opts, checksum);
 	SIZE(p3_buf);
 	FIELD(p3_buf, data); FIELD(p3_buf, len);
 	SIZE(p3_hello);

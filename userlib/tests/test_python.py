@@ -723,6 +723,47 @@ class BufferTest(unittest.TestCase):
         for t, o in zip(src, out):
             np.testing.assert_array_equal(t.numpy(), o)
 
+    def test_plan_by_reference(self):
+        """send_prepared(copy=False), without the payload checksum: each
+        message held until its completion (its first tensor, its bytes),
+        every byte delivered; one p3.Buffer re-armed over three steps;
+        70 completions taken in batches of 64, none lost."""
+        src = [np.arange(i * 50000, (i + 1) * 50000, dtype=np.float32)
+               for i in range(3)]
+        out = [np.zeros(50000, dtype=np.float32) for _ in src]
+        slices = [p3.Slice(0, 0, 200000, 0, 0, 0), p3.Slice(1, 0, 200000, 0, 0, 0),
+                  p3.Slice(2, 0, 200000, 1, 1, 1)]
+        plan = p3.Plan(slices, src)
+        self.assertEqual(plan.heads, [0, 2])
+        bufs = [p3.Buffer(o, writable=True) for o in out]
+        sent, got = [], []
+        with p3.Listener() as lst:
+            tx = p3.Channel.connect('127.0.0.1', lst.port, bands=2,
+                                    checksum=False)
+            rx = lst.accept(timeout=10)
+            for it in range(3):
+                for i, b in enumerate(bufs):
+                    rx.expect(i, b, iteration=it)
+                tx.send_prepared(plan, iteration=it, copy=False)
+                got += rx.wait(timeout=30)
+                sent += tx.wait_sent(timeout=30)
+                for o, a in zip(out, src):
+                    np.testing.assert_array_equal(o, a)
+                    o[:] = 0
+            self.assertEqual(tx.sending, 0)
+            for i in range(70):
+                rx.expect(100 + i, np.zeros(1, np.uint8), iteration=9)
+                tx.send(100 + i, b'x', level=0, iteration=9)
+            many = rx.wait(timeout=30)
+            tx.close()
+            rx.close()
+        self.assertEqual(sorted((c.tensor, c.iteration, c.bytes) for c in sent),
+                         [(0, it, 400000) for it in range(3)] +
+                         [(2, it, 200000) for it in range(3)])
+        self.assertEqual(len(got), 9)
+        self.assertEqual(sorted(c.tensor for c in many),
+                         list(range(100, 170)))
+
     def test_held_while_used(self):
         ba = bytearray(16)
         b = p3._Buf(ba, writable=True)

@@ -37,6 +37,7 @@ from ._tagging import FdLike, tag, tag_config, tag_get
 from ._planner import DEFAULT_SLICE, ORDERS, Slice, Tensor, TensorLike, \
     plan, suggest_slice
 from ._buffers import BufferLike, _Buf
+from ._buffers import _Buf as Buffer
 from ._chan_opts import _opts
 from ._channel import Channel, Completion
 from ._plan import Plan
@@ -47,7 +48,7 @@ from ._qdisc import HandleLike, qdisc_add, qdisc_change, qdisc_del, \
 __all__ = [
     'Error', 'TimeoutError', 'ConnectionError', 'PermissionError',
     'ClosedError', 'Tensor', 'Slice', 'Completion', 'Channel', 'Plan',
-    'Listener',
+    'Listener', 'Buffer',
     'tag', 'tag_get', 'tag_config', 'plan', 'suggest_slice', 'now_ns',
     'qdisc_add', 'qdisc_change', 'qdisc_replace', 'qdisc_del', 'qdisc_stats',
     'DEFAULT_SLICE', 'MAX_BANDS',

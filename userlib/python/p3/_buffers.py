@@ -42,6 +42,7 @@ class _Buf:
         if hasattr(obj, 'data_ptr') and hasattr(obj, 'numpy'):
             obj = obj.detach().numpy()      # shares the tensor's storage
         self.obj = obj
+        self.writable = writable
         self._view = _PyBuffer()
         flags = _PyBUF_C_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
         try:

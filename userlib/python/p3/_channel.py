@@ -16,7 +16,7 @@ from ._chan_opts import _opts
 from ._clock import Timeout, _ms
 from ._closing import _Closing
 from ._errors import ClosedError, _CODES, _check, _error
-from ._libp3 import _Completion, _band_status, _bands, _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next, \
+from ._libp3 import _Completion, _band_status, _bands, _cancel, _chan_fd, _chan_id, _close, _connect, _expect, _flush, _next_batch, \
     _pending, _poll, _queued, _send, _send_plan, _send_plan_ref, _send_ref, _shutdown, _vp
 from ._plan import Plan
 from ._planner import Slice
@@ -179,8 +179,11 @@ class Channel(_Closing):
 
     # receiver
     def expect(self, tensor: int, array: BufferLike, iteration: int = 0) -> None:
-        """Receive tensor (iteration) into array, a writable buffer."""
-        b = _Buf(array, writable=True)
+        """Receive tensor (iteration) into array, a writable buffer, or a
+        p3.Buffer(array, writable=True) exported once for every step's
+        expect() of the same memory."""
+        b = (array if isinstance(array, _Buf) and array.writable
+             else _Buf(array, writable=True))
         if not b.nbytes:
             raise ValueError('p3: cannot receive into an empty buffer')
         key = (int(tensor), int(iteration))
@@ -216,13 +219,18 @@ class Channel(_Closing):
             if not q:
                 del self._bufs[key]
 
+    _BATCH = 64
+
     def _take(self, h):
+        """Every completion ready, _BATCH to a call into libp3."""
         done = []
-        c = _Completion()
-        while _next(h, ctypes.byref(c)) == 1:
-            done.append(Completion(c.tensor, c.iter, c.bytes, c.t_first_ns,
-                                   c.t_done_ns))
-        return done
+        batch = (_Completion * self._BATCH)()
+        while True:
+            n = _next_batch(h, batch, self._BATCH)
+            done += [Completion(c.tensor, c.iter, c.bytes, c.t_first_ns,
+                                c.t_done_ns) for c in batch[:n]]
+            if n < self._BATCH:
+                return done
 
     def poll(self, timeout: Timeout = 0.0) -> list:
         """Move data (or, with progress, wait for it) up to timeout

@@ -68,6 +68,10 @@ class Exchange(Reducer):
                      un.units[u].end - un.units[u].start)
                 for q in self.peers:
                     self.recv[(q, u)] = np.empty(n, np.uint8)
+        # Each receive buffer exported once (p3.Buffer), re-armed every
+        # step by expect(): not exported and released again a step.
+        self._rx_bufs = {k: p3.Buffer(a, writable=True)
+                         for k, a in self.recv.items()}
         # Sparse only: each slice's outgoing wire form (pushed by the main
         # thread if another rank owns it, returned by the reducer if this
         # one does: never both) and, for others' slices, the reply.
@@ -101,6 +105,9 @@ class Exchange(Reducer):
         # Units of each owned message in from each peer, this step.
         self._pushes_from = collections.Counter()
         self.timed_out = False      # a wait raised StepTimeout
+        self._pull_bufs = {u: p3.Buffer(self._aflat[un.span(u)], writable=True)
+                           for u in range(un.n)
+                           if layout.owner[un.units[u].msg] != rank}
         self._reset_counts()
         # Main thread only: per unit another rank owns, its tensors not yet
         # applied this step (its averages' buffer is still being read).
@@ -131,7 +138,7 @@ class Exchange(Reducer):
                 if self.lossy:
                     self.lossy.expect_push(q, u, it, self.recv[(q, u)])
                 else:
-                    self.mesh.rx[q].expect(u, self.recv[(q, u)], it)
+                    self.mesh.rx[q].expect(u, self._rx_bufs[(q, u)], it)
 
     def _expect_pull(self, u, it):
         """Unit u's averages for step it, if another rank owns it."""
@@ -139,8 +146,7 @@ class Exchange(Reducer):
         owner = self.lay.owner[unit.msg]
         if owner == self.rank:
             return
-        buf = (self._reply[u] if self.sparse
-               else self._aflat[self.units.span(u)])
+        buf = (self._reply[u] if self.sparse else self._pull_bufs[u])
         self.mesh.rx[owner].expect(self.units.n + u, buf, it)
         if self.lossy:
             self.lossy.expect_asks(u, it)
