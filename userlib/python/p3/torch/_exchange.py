@@ -86,11 +86,15 @@ class Exchange(Reducer):
         self.bytes_pushed = 0
         self.bytes_returned = 0
         self._plans = {}            # (peer, message, pull): its p3.Plan
-        # Main thread only: dense pushes go by reference (the engine
-        # thread writes them from _gflat): message: the peer whose
-        # channel may still read it.  Its gradients are written again
-        # only once that send's completion is in (_free_push).
+        # Dense messages go by reference: libp3's engine thread writes
+        # them from the flat buffers, and each is written again only once
+        # its send's completion is in.  Pushes: message: the peer whose
+        # channel may still read its gradients (set by the main thread,
+        # which waits in _free_push); averages: (peer, message) (set by
+        # the reducer, which waits in _free_pulls).  Either thread takes
+        # the completions it finds (_sent); dict operations are atomic.
         self._pushing = {}
+        self._pulling = set()
         self._by_ref = not (sparse or lossy)
         self.bytes_resent = 0
         # Taken as a bare Lock (entered from C: a Condition's with-block
@@ -164,11 +168,14 @@ class Exchange(Reducer):
             plan = self._plan(m, pull)
             if not self.sparse:
                 self._plans[(q, m, pull)] = plan
-        by_ref = self._by_ref and not pull
-        if by_ref:
-            self._pushing[m] = q
+        if self._by_ref:
+            if pull:
+                self._pulling.add((q, m))
+            else:
+                self._pushing[m] = q
         self.mesh.tx[q].send_prepared(plan, iteration=it,
-                                      timeout=self.timeout, copy=not by_ref)
+                                      timeout=self.timeout,
+                                      copy=not self._by_ref)
         if pull:
             self.bytes_returned += plan.bytes
         else:
@@ -195,25 +202,33 @@ class Exchange(Reducer):
 
     # --------------------------------------------------- the main thread
 
+    def _sent(self, q, timeout):
+        """Take the completions of what this rank sent rank q by
+        reference, waiting up to timeout s for one."""
+        nu = self.units.n
+        for c in self.mesh.tx[q].poll(timeout):
+            if c.tensor < nu:
+                self._pushing.pop(self.units.units[c.tensor].msg, None)
+            else:
+                self._pulling.discard((q, self.units.units[c.tensor - nu].msg))
+
     def _free_push(self, m, deadline):
         """Wait until no channel reads message m's pushed gradients: the
-        last step's push by reference is written (or its band failed).
-        Completions are taken a channel at a time, all that are in."""
-        while m in self._pushing:
-            q = self._pushing[m]
+        last step's push by reference is written (or its band failed)."""
+        while True:
+            q = self._pushing.get(m)
+            if q is None:
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 self.timed_out = True
                 raise StepTimeout('p3.torch: rank %d waited %.0f s to send '
                                   'to rank %d' % (self.rank, self.timeout, q))
             try:
-                done = self.mesh.tx[q].poll(min(left, 0.5))
+                self._sent(q, min(left, 0.5))
             except p3.Error as e:
                 raise PeerError('p3.torch: rank %d cannot push to rank %d: %s'
                                 % (self.rank, q, e)) from e
-            for c in done:
-                if c.tensor < self.units.n:
-                    self._pushing.pop(self.units.units[c.tensor].msg, None)
 
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""

@@ -191,6 +191,7 @@ class Reducer:
                 self._pushes_from[(m, q)] = 0
             self._reducing.add(m)   # owed to the peers until sent
         try:
+            self._free_pulls(m)
             for u in self.units.of_msg[m]:
                 self._sum(u)
             self._expect_pushes(m, it + 1)
@@ -243,6 +244,29 @@ class Reducer:
         if self.sparse:
             self.sparse.scatter(u, acc, out)
             self.sparse.encode(u, acc, self._out[u])
+
+    def _free_pulls(self, m):
+        """Wait until no channel reads owned message m's averages (the
+        last step's, sent by reference) before they are summed afresh.
+        A peer whose channel failed reads nothing more: it is lost."""
+        deadline = time.monotonic() + self.timeout
+        for q in self.peers:
+            while (q, m) in self._pulling:
+                if q in self.lost:
+                    self._pulling.discard((q, m))
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerError('p3.torch: rank %d could not send its '
+                                    'averages to rank %d in %.0f s'
+                                    % (self.rank, q, self.timeout))
+                try:
+                    self._sent(q, min(left, 0.5))
+                except p3.ClosedError:
+                    raise
+                except p3.Error as e:
+                    self._lose(q, e)
+                    self._pulling.discard((q, m))
 
     def _decode_reliable(self, q):
         """_sparse.decode, a bad payload from rank q a PeerError."""
