@@ -37,8 +37,8 @@ ok = tt.ok
 def skew(opt, rank):
     """A rank out of step: rank 1 picks another step's elements."""
     if rank == 1:
-        sel = opt._ex.sparse.select
-        opt._ex.sparse.select = lambda t, w, g, it: sel(t, w, g, it + 1)
+        sel = opt._ex.wire.slim.select
+        opt._ex.wire.slim.select = lambda t, w, g, it: sel(t, w, g, it + 1)
 
 
 def worker(kwargs_json, out):

@@ -11,12 +11,9 @@ unregistered tensor until it is registered).  A message's slices are
 adjacent in the flat buffers (_flat.py), and travel, are registered and
 are summed as one unit (_layout.Units).
 
-With Slim-DP (_slimdp.py), a slice travels as the elements every rank
-chose for this step (_sparse.py's wire form) both ways: the owner sums
-those and returns their average, zero elsewhere.  With bounded loss
-(DLCP, _dlcp.py), a push travels as datagrams plus its largest elements
-over the channel; the owner sums it once both parts (and any chunks it
-had to ask for again) are in.
+How a unit travels, is registered and is summed is its wire form's
+(_wire.py): dense by reference, Slim-DP's chosen elements, or bounded
+loss's datagrams plus their largest elements.
 
 A wait raises for a lost peer only while something it waits for still
 needs that peer: the averages of a message the peer owns, or the pushes
@@ -26,8 +23,6 @@ import collections
 import os
 import threading
 import time
-
-import numpy as np
 
 import p3
 
@@ -39,17 +34,16 @@ from ._reducer import Reducer
 
 class Exchange(Reducer):
     def __init__(self, mesh, layout, rank, world, params, timeout,
-                 reduction, sparse=None, lossy=None):
+                 reduction, wire):
+        """wire: the wire form (_wire.py: Dense, Sparse, BoundedLoss)."""
         self.mesh, self.lay = mesh, layout
         self.rank, self.world, self.timeout = rank, world, timeout
         self.peers = sorted(mesh.tx)
         self.reduction = reduction
         dtypes = reduction.dtypes(params)
-        self.sparse = sparse
-        self.lossy = lossy
         self.params = params
         self.units = un = Units(layout, dtypes,
-                                whole_messages=not (sparse or lossy))
+                                whole_messages=wire.whole_messages)
         # Local gradients, and averages (at 0 first: Slim-DP's first
         # choice reads them as the last step's).
         self._gflat, self.grad, self._gbytes = flat(un, params, dtypes)
@@ -57,45 +51,18 @@ class Exchange(Reducer):
         self._gshaped = [g.view(p.shape) for g, p in zip(self.grad, params)]
         self.avg_shaped = [a.view(p.shape) for a, p in zip(self.avg, params)]
         self.owned = set(layout.owned(rank))
-        # A push as it arrives: dense, sparse, or a bounded-loss push's
-        # reliable part (its datagrams land in lossy's buffers); with
-        # either, a unit is a slice.
-        self.recv = {}
-        for m in self.owned:
-            for u in un.of_msg[m]:
-                n = (lossy.reliable_bytes(u) if lossy else
-                     sparse.wire_bytes(u) if sparse else
-                     un.units[u].end - un.units[u].start)
-                for q in self.peers:
-                    self.recv[(q, u)] = np.empty(n, np.uint8)
-        # Each receive buffer exported once (p3.Buffer), re-armed every
-        # step by expect(): not exported and released again a step.
-        self._rx_bufs = {k: p3.Buffer(a, writable=True)
-                         for k, a in self.recv.items()}
-        # Sparse only: each slice's outgoing wire form (pushed by the main
-        # thread if another rank owns it, returned by the reducer if this
-        # one does: never both) and, for others' slices, the reply.
-        wire = ([sparse.wire_bytes(s) for s in range(layout.ns)]
-                if sparse else [])
-        self._out = [np.empty(n, np.uint8) for n in wire]
-        self._reply = {s: np.empty(n, np.uint8) for s, n in enumerate(wire)
-                       if layout.owner[layout.slices[s].msg] != rank}
+        self.wire = wire
+        wire.attach(self)
+        # Where each unit another rank owns receives its averages,
+        # exported once (p3.Buffer) and re-armed every step.
+        self._pull_bufs = {
+            u: p3.Buffer(wire.pull_buffer(u), writable=True)
+            for u in range(un.n) if layout.owner[un.units[u].msg] != rank}
         # Gradient payload bytes sent, one counter per writer: pushed (or
         # queued for the pusher) by the main thread, averages returned and
         # chunks sent again by the reducer.
         self.bytes_pushed = 0
         self.bytes_returned = 0
-        self._plans = {}            # (peer, message, pull): its p3.Plan
-        # Dense messages go by reference: libp3's engine thread writes
-        # them from the flat buffers, and each is written again only once
-        # its send's completion is in.  Pushes: message: the peer whose
-        # channel may still read its gradients (set by the main thread,
-        # which waits in _free_push); averages: (peer, message) (set by
-        # the reducer, which waits in _free_pulls).  Either thread takes
-        # the completions it finds (_sent); dict operations are atomic.
-        self._pushing = {}
-        self._pulling = set()
-        self._by_ref = not (sparse or lossy)
         self.bytes_resent = 0
         # Taken as a bare Lock (entered from C: a Condition's with-block
         # runs Python), several times per message; cv waits on it.
@@ -109,9 +76,6 @@ class Exchange(Reducer):
         # Units of each owned message in from each peer, this step.
         self._pushes_from = collections.Counter()
         self.timed_out = False      # a wait raised StepTimeout
-        self._pull_bufs = {u: p3.Buffer(self._aflat[un.span(u)], writable=True)
-                           for u in range(un.n)
-                           if layout.owner[un.units[u].msg] != rank}
         self._reset_counts()
         # Main thread only: per unit another rank owns, its tensors not yet
         # applied this step (its averages' buffer is still being read).
@@ -139,112 +103,30 @@ class Exchange(Reducer):
             return
         for u in self.units.of_msg[m]:
             for q in self.peers:
-                if self.lossy:
-                    self.lossy.expect_push(q, u, it, self.recv[(q, u)])
-                else:
-                    self.mesh.rx[q].expect(u, self._rx_bufs[(q, u)], it)
+                self.wire.expect_push(q, u, it)
 
     def _expect_pull(self, u, it):
         """Unit u's averages for step it, if another rank owns it."""
-        unit = self.units.units[u]
-        owner = self.lay.owner[unit.msg]
-        if owner == self.rank:
-            return
-        buf = (self._reply[u] if self.sparse else self._pull_bufs[u])
-        self.mesh.rx[owner].expect(self.units.n + u, buf, it)
-        if self.lossy:
-            self.lossy.expect_asks(u, it)
+        owner = self.lay.owner[self.units.units[u].msg]
+        if owner != self.rank:
+            self.wire.expect_pull(u, owner, it, self._pull_bufs[u])
 
     def _send(self, q, m, it, pull):
         """Message m to rank q: local gradients (push) or averages (pull)."""
-        if self.lossy and not pull:
-            self.bytes_pushed += self.lossy.push(q, m, it, self._gbytes,
-                                                 self.timeout)
-            return
-        # A dense message reads the same buffers every step: its plan is
-        # built once.  A sparse one's size follows the step's choice.
-        plan = None if self.sparse else self._plans.get((q, m, pull))
-        if plan is None:
-            plan = self._plan(m, pull)
-            if not self.sparse:
-                self._plans[(q, m, pull)] = plan
-        if self._by_ref:
-            if pull:
-                self._pulling.add((q, m))
-            else:
-                self._pushing[m] = q
-        self.mesh.tx[q].send_prepared(plan, iteration=it,
-                                      timeout=self.timeout,
-                                      copy=not self._by_ref)
+        n = self.wire.send(q, m, it, pull)
         if pull:
-            self.bytes_returned += plan.bytes
+            self.bytes_returned += n
         else:
-            self.bytes_pushed += plan.bytes
-
-    def _plan(self, m, pull):
-        un, slices, arrays = self.units, [], {}
-        for u in un.of_msg[m]:
-            unit = un.units[u]
-            wire = un.n + u if pull else u
-            if self.sparse:             # a unit is a slice
-                # A reply was encoded once, by _sum, for every peer.
-                t = self.lay.slices[u].tensor
-                data = self._out[u] if pull else self.sparse.encode(
-                    u, self.sparse.values(u, self.grad[t].numpy()),
-                    self._out[u])
-            else:
-                flat = self._aflat if pull else self._gflat
-                data = flat[un.span(u)]
-            slices.append(p3.Slice(wire, 0, data.nbytes, unit.level, m,
-                                   unit.prio))
-            arrays[wire] = data
-        return p3.Plan(slices, arrays)
+            self.bytes_pushed += n
 
     # --------------------------------------------------- the main thread
 
-    def _sent(self, q, timeout):
-        """Take the completions of what this rank sent rank q by
-        reference, waiting up to timeout s for one."""
-        nu = self.units.n
-        for c in self.mesh.tx[q].poll(timeout):
-            if c.tensor < nu:
-                self._pushing.pop(self.units.units[c.tensor].msg, None)
-            else:
-                self._pulling.discard((q, self.units.units[c.tensor - nu].msg))
-
-    def _free_push(self, m, deadline):
-        """Wait until no channel reads message m's pushed gradients: the
-        last step's push by reference is written (or its band failed)."""
-        while True:
-            q = self._pushing.get(m)
-            if q is None:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.timed_out = True
-                raise StepTimeout('p3.torch: rank %d waited %.0f s to send '
-                                  'to rank %d' % (self.rank, self.timeout, q))
-            try:
-                self._sent(q, min(left, 0.5))
-            except p3.Error as e:
-                raise PeerError('p3.torch: rank %d cannot push to rank %d: %s'
-                                % (self.rank, q, e)) from e
-
     def gradient(self, i, grad, it):
         """Backward produced parameter i's gradient for step it."""
-        if self._pushing:
-            deadline = time.monotonic() + self.timeout
-            for m in self.lay.tensor_msgs[i]:
-                self._free_push(m, deadline)
+        self.wire.before_gradient(i, time.monotonic() + self.timeout)
         self._gshaped[i].copy_(grad)
         self.reduction.scale_local(self._gshaped[i])
-        if self.sparse:
-            # The parameter and the average hold the last step's update
-            # here (the forward that led here applied it), the same bits
-            # on every rank: so is the choice.
-            self.sparse.select(i, self.params[i].detach().reshape(-1).numpy(),
-                               self.avg[i].numpy(), it)
-            self.sparse.feedback(i, self.grad[i].numpy())
+        self.wire.after_gradient(i, it)
         pushes, local = [], False
         with self.lock:
             self._raise()

@@ -12,7 +12,7 @@ import torch
 
 import p3
 import p3.dgram
-from . import _job
+from . import _job, _wire
 from ._exchange import Exchange
 from ._layout import ORDER, Layout
 from ._malloc import keep_step_memory
@@ -214,9 +214,10 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
                           max_queued or 2 * model_bytes + (64 << 20), dgram)
         self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
                                   dtypes, *lossy) if lossy else None
+        wire = (_wire.Sparse(sparse) if sparse else
+                _wire.BoundedLoss(self._lossy) if lossy else _wire.Dense())
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
-                            self._params, self._timeout, reduction, sparse,
-                            self._lossy)
+                            self._params, self._timeout, reduction, wire)
         n = len(self._params)
         self._step = 0
         self._passes = [0] * n      # backward passes each has had this step

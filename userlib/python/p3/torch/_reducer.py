@@ -21,7 +21,6 @@ import numpy as np
 
 import p3
 
-from . import _sparse
 from ._errors import PeerError
 
 
@@ -30,19 +29,14 @@ class Reducer:
     Exchange's)."""
 
     def _start_threads(self):
-        """The reducer, and with bounded loss the pusher (it sends the
-        pushes the backward pass queued, most urgent first)."""
+        """The reducer, and the wire form's own threads (bounded loss's
+        pusher sends the pushes the backward pass queued)."""
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._closing = False
         self._thread = threading.Thread(target=self._reducer, daemon=True,
                                         name='p3.torch reducer')
         self._thread.start()
-        self._pusher = None
-        if self.lossy:
-            self._pusher = threading.Thread(target=self._run_pusher,
-                                            daemon=True,
-                                            name='p3.torch pusher')
-            self._pusher.start()
+        self.wire.start(self._fail)
 
     def _reducer(self):
         sel = selectors.DefaultSelector()
@@ -50,22 +44,18 @@ class Reducer:
             for q, ch in self.mesh.rx.items():
                 sel.register(ch.fileno(), selectors.EVENT_READ, q)
             sel.register(self._wake_r, selectors.EVENT_READ, None)
-            # Datagram parts also complete at their deadlines, which only
-            # a poll notices: look at least twice per deadline.
-            every = None
-            if self.lossy:
-                sel.register(self.mesh.dg_rx.fileno(), selectors.EVENT_READ,
-                             'dgram')
-                every = max(0.001, self.lossy.deadline / 2)
+            fds, every = self.wire.fds()
+            for fd in fds:
+                sel.register(fd, selectors.EVENT_READ, 'wire')
             while not self._closing:
                 for key, _ in sel.select(every):
                     if key.data is None:
                         os.read(self._wake_r, 4096)
-                    elif key.data != 'dgram':
+                    elif key.data != 'wire':
                         if not self._drain(key.data):
                             sel.unregister(key.fd)
-                if self.lossy:
-                    self._drain_datagrams()
+                for m, it in self.wire.drain():
+                    self._pushed(m, it)
                 with self.lock:
                     local, self._local = self._local, []
                 for m, it in local:
@@ -136,12 +126,6 @@ class Reducer:
             self._lose(q, err)
         return err is None
 
-    def _drain_datagrams(self):
-        for c in self.mesh.dg_rx.completions(0):
-            whole = self.lossy.on_datagrams(c, c.iter, self.timeout)
-            if whole:
-                self._pushed(self.lay.slices[whole[1]].msg, c.iter)
-
     def _pushed(self, m, it, q=None):
         """A push of (a unit of) message m is in, whole (from rank q,
         where known: a bounded-loss push's datagrams do not say)."""
@@ -152,34 +136,21 @@ class Reducer:
         self._reduce_if_complete(m, it)
 
     def _arrived(self, q, c):
-        # Wire ids: pushes 0..nu-1, averages nu..2nu-1; with bounded
-        # loss (a unit a slice, nu = ns) asks from 2ns, resends from 3ns.
-        ns, nu = self.lay.ns, self.units.n
+        # Wire ids: pushes 0..nu-1, averages nu..2nu-1, the wire form's
+        # own beyond (_wire.py).
+        nu, wire = self.units.n, self.wire
         if c.tensor < nu:
-            if not self.lossy or self.lossy.on_reliable(q, c.tensor):
+            if wire.push_counts(q, c.tensor):
                 self._pushed(self.units.units[c.tensor].msg, c.iteration,
-                             None if self.lossy else q)
-        elif c.tensor >= 3 * ns:        # chunks this rank asked for again
-            if self.lossy.on_resend(q, c.tensor - 3 * ns):
-                self._pushed(self.lay.slices[c.tensor - 3 * ns].msg,
-                             c.iteration)
-        elif c.tensor >= 2 * ns:        # the owner asks for chunks again
-            def answer():
-                self.bytes_resent += self.lossy.answer_ask(
-                    c.tensor - 2 * ns, c.iteration, self._gbytes, self.timeout)
-            try:
-                self._send_to(q, answer)
-            except ValueError as e:
-                raise PeerError('p3.torch: rank %d: %s' % (q, e)) from e
-        else:
+                             q if wire.counts_pushes_per_peer else None)
+        elif c.tensor < 2 * nu:
             u = c.tensor - nu
-            if self.sparse:             # a unit is a slice
-                unit = self.units.units[u]
-                vals = self._decode(u, self._reply[u],
-                                    self.lay.owner[unit.msg])
-                self.sparse.scatter(u, vals, self._aflat[self.units.span(u)]
-                                    .view(unit.dtype))
+            wire.pull_arrived(u, q)
             self._slices_done(self.units.units[u].slices)
+        else:
+            m = wire.other(q, c)
+            if m is not None:
+                self._pushed(m, c.iteration)
 
     def _reduce_if_complete(self, m, it):
         with self.lock:
@@ -191,7 +162,7 @@ class Reducer:
                 self._pushes_from[(m, q)] = 0
             self._reducing.add(m)   # owed to the peers until sent
         try:
-            self._free_pulls(m)
+            self.wire.before_sum(m)
             for u in self.units.of_msg[m]:
                 self._sum(u)
             self._expect_pushes(m, it + 1)
@@ -213,21 +184,10 @@ class Reducer:
         # float16 on the wire (Compression.fp16) is summed in float32.
         sdt = self.reduction.sum_dtype(dt)
         kw = {} if sdt == dt else {'dtype': sdt}
-        acc = (np.empty(self.sparse.count[u], dt) if self.sparse else
-               out if sdt == dt else np.empty(out.size, sdt))
+        acc = self.wire.accumulator(u, out, sdt)
         first = None
         for r in range(self.world):
-            if self.sparse:             # a unit is a slice
-                t = self.lay.slices[u].tensor
-                part = (self.sparse.values(u, self.grad[t].numpy())
-                        if r == self.rank
-                        else self._decode(u, self.recv[(r, u)], r))
-            elif self.lossy and r != self.rank:
-                part = self.lossy.part(r, u, self.recv[(r, u)],
-                                       self._decode_reliable(r))
-            else:
-                part = (self._gflat[self.units.span(u)] if r == self.rank
-                        else self.recv[(r, u)]).view(dt)
+            part = self.wire.part(r, u, dt)
             # Rank 0's part is held until rank 1's comes, so that the
             # first sum reads both where they are (no copy to acc first).
             if r == 0:
@@ -241,49 +201,7 @@ class Reducer:
         self.reduction.finish(acc, self.world)
         if acc.dtype != dt:
             np.copyto(out, acc, casting='same_kind')
-        if self.sparse:
-            self.sparse.scatter(u, acc, out)
-            self.sparse.encode(u, acc, self._out[u])
-
-    def _free_pulls(self, m):
-        """Wait until no channel reads owned message m's averages (the
-        last step's, sent by reference) before they are summed afresh.
-        A peer whose channel failed reads nothing more: it is lost."""
-        deadline = time.monotonic() + self.timeout
-        for q in self.peers:
-            while (q, m) in self._pulling:
-                if q in self.lost:
-                    self._pulling.discard((q, m))
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PeerError('p3.torch: rank %d could not send its '
-                                    'averages to rank %d in %.0f s'
-                                    % (self.rank, q, self.timeout))
-                try:
-                    self._sent(q, min(left, 0.5))
-                except p3.ClosedError:
-                    raise
-                except p3.Error as e:
-                    self._lose(q, e)
-                    self._pulling.discard((q, m))
-
-    def _decode_reliable(self, q):
-        """_sparse.decode, a bad payload from rank q a PeerError."""
-        def decode(buf, n, dt, count):
-            try:
-                return _sparse.decode(buf, n, dt, count)
-            except ValueError as e:
-                raise PeerError('p3.torch: rank %d sent a bad reliable part: '
-                                '%s' % (q, e)) from e
-        return decode
-
-    def _decode(self, s, buf, q):
-        try:
-            return self.sparse.decode(s, buf)
-        except ValueError as e:
-            raise PeerError('p3.torch: rank %d sent a bad sparse slice %d: %s'
-                            % (q, s, e)) from e
+        self.wire.summed(u, acc, out)
 
     def _slices_done(self, slices, summed=None):
         """slices are averaged; summed: the owned message they are, which
@@ -303,25 +221,6 @@ class Reducer:
                         self.done_at.append(time.monotonic())
             self.cv.notify_all()
 
-    # -------------------------------------------------- the pusher thread
-
-    def _run_pusher(self):
-        try:
-            self.lossy.run_pusher()
-        except p3.ClosedError:
-            pass                    # close() ended us
-        except p3.Error as e:
-            self._fail(PeerError('p3.torch: rank %d cannot push: %s'
-                                 % (self.rank, e)))
-        except Exception as e:      # pragma: no cover - a bug, surfaced
-            self._fail(e)
-
-    def finish_pushes(self):
-        """Send what is queued for the pusher, then stop it."""
-        if self._pusher:
-            self.lossy.close()
-            self._pusher.join(self.timeout)
-
     def deliver_owed(self):
         """What this rank owes the others before it closes: the averages
         of the messages it owns whose local part is in, summed and sent
@@ -336,7 +235,7 @@ class Reducer:
                 owed = [m for m in self.owned if self.local_left[m] == 0]
                 if not (self._reducing or self._local or owed):
                     return
-                if self.lost and (self.lossy or any(
+                if self.lost and (not self.wire.counts_pushes_per_peer or any(
                         q in self.lost for m in owed
                         for q in self._pushes_missing(m))):
                     return
@@ -349,6 +248,10 @@ class Reducer:
         """The peers whose push of owned message m is not all in."""
         whole = len(self.units.of_msg[m])
         return [q for q in self.peers if self._pushes_from[(m, q)] < whole]
+
+    def finish_pushes(self):
+        """Send what the wire form's threads hold, then stop them."""
+        self.wire.finish()
 
     def close(self):
         self.finish_pushes()
