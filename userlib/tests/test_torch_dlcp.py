@@ -174,6 +174,19 @@ def bad_arguments():
                  'loss_tolerance and sparsify'),
                 (dict(loss_tolerance=0.01, bands=32), 'loss_tolerance needs')],
                'dlcp')
+    import p3.torch as p3t
+    tt.refuses([(dict(wire=p3t.LossTolerant(0.01), bands=32),
+                 'loss_tolerance needs'),
+                (dict(wire=p3t.LossTolerant(0.01), deadline=0.005),
+                 'wire= replaces deadline')], 'wire=LossTolerant')
+    try:
+        p3t.LossTolerant(0.01, reliable_fraction=0)
+        got = 'nothing raised'
+    except ValueError as e:
+        got = str(e)
+    ok(got.startswith('p3.torch: reliable_fraction'),
+       'LossTolerant(0.01, reliable_fraction=0) raises ValueError naming '
+       'reliable_fraction: %s' % got)
 
 
 def bitmap():

@@ -43,6 +43,9 @@ def skew(opt, rank):
 
 def worker(kwargs_json, out):
     kw = json.loads(kwargs_json)
+    if 'sparsify_object' in kw:     # wire=, its options in JSON
+        import p3.torch as p3t
+        kw['wire'] = p3t.Sparsify(**kw.pop('sparsify_object'))
     tt.option_worker(kw, out, STEPS, tweak=skew if kw.pop('skew', False)
                      else None)
 
@@ -66,6 +69,17 @@ def bad_arguments():
                 (dict(sparsify='slimdp', keep=0.6, explore=0.5),
                  'keep + explore'),
                 (dict(keep=0.1), 'keep and explore need')], 'slimdp')
+    import p3.torch as p3t
+    tt.refuses([(dict(wire=p3t.Sparsify(), sparsify='slimdp'),
+                 'wire= replaces sparsify'),
+                (dict(wire='slimdp'), 'wire must be')], 'wire=')
+    try:
+        p3t.Sparsify(keep=1.5)
+        got = 'nothing raised'
+    except ValueError as e:
+        got = str(e)
+    ok(got.startswith('p3.torch: keep'),
+       'Sparsify(keep=1.5) raises ValueError naming keep: %s' % got)
 
 
 def codec():
@@ -235,6 +249,12 @@ def jobs():
     r0 = runs[0][0]
     ok(runs[0][0]['final'] == runs[0][1]['final'] == runs[1][0]['final'],
        'slimdp: the ranks, and two runs, end with bitwise-identical parameters')
+    obj = job(sparsify_object={'keep': KEEP, 'explore': EXPLORE})
+    ok(all(r and 'final' in r for r in obj)
+       and obj[0]['final'] == obj[1]['final'] == runs[0][0]['final']
+       and obj[0]['stats'] == runs[0][0]['stats'],
+       "wire=Sparsify(keep, explore): bitwise the parameters and the bytes "
+       "of sparsify='slimdp', keep, explore")
     sent = [r['stats']['bytes_sent'] for r in runs[0]]
     # Per slice: an 8-byte header, and up to 2 elements more by rounding up.
     bound = (KEEP + EXPLORE) * dense_b * (2 + 4) / 4 + ns * (8 + 2 * 6)

@@ -16,14 +16,16 @@ moment its gradient exists, on libp3 bands by forward order (tagged for
 the sch_p3 qdisc), each layer is updated as soon as its average is in, and
 the next forward waits only for the layer it is about to run.  With
 'fifo', whole tensors go in backward order on one band and step() waits
-for all of them (WFBP, as DDP and Horovod do).  With sparsify='slimdp',
-each slice carries only the elements Slim-DP picks (_slimdp.py).  See
-docs/torch.md.
+for all of them (WFBP, as DDP and Horovod do).  With
+wire=Sparsify(), each slice carries only the elements Slim-DP picks
+(_slimdp.py); with wire=LossTolerant(...), pushes go as datagrams with
+bounded loss (_dlcp.py).  See docs/torch.md.
 
 The modules, one job each: _job (init, the ranks, broadcasts), _optimizer
 (DistributedOptimizer), _update (its hooks, step() and synchronize()),
 _exchange (one step's pushes and waits), _reducer (the sums and pulls,
-on the exchange's threads), _reduction (Horovod's op, predivide factor
+on the exchange's threads), _wire (the wire forms: dense, Slim-DP,
+bounded loss), _modes (their options), _reduction (Horovod's op, predivide factor
 and compression), _collectives (Horovod's collectives over Gloo), _flat (the flat gradient and average
 buffers), _malloc (a step's memory kept in the process), _layout
 (slices, units and their owners), _mesh (the channels), _setup (levels
@@ -37,6 +39,7 @@ from ._collectives import (allgather, allgather_object, allreduce, allreduce_,
                            local_rank, local_size)
 from ._errors import PeerError, StepTimeout
 from ._layout import ORDER   # the planner's default order
+from ._modes import LossTolerant, Sparsify
 from ._job import (DEFAULT_TIMEOUT, NotInitializedError, broadcast_parameters,
                    init, rank, shutdown, size)
 from ._optimizer import DistributedOptimizer
@@ -49,4 +52,5 @@ __all__ = ['init', 'rank', 'size', 'shutdown', 'broadcast_parameters',
            'Sum', 'Adasum', 'Min', 'Max', 'Product', 'allreduce', 'allreduce_',
            'allgather', 'allgather_object', 'broadcast', 'broadcast_',
            'broadcast_object', 'broadcast_optimizer_state', 'local_rank',
-           'local_size', 'cross_rank', 'cross_size']
+           'local_size', 'cross_rank', 'cross_size', 'Sparsify',
+           'LossTolerant']

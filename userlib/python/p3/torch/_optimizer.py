@@ -19,8 +19,9 @@ from ._malloc import keep_step_memory
 from ._mesh import Mesh, dgram_level, make_room, sockets_needed
 from ._order import forward_ranks
 from ._reduction import Average, Compression, Reduction
+from ._modes import LossTolerant, Sparsify, wire_options
 from ._setup import (DEFAULT_LEVELS, agreed_levels, agreed_slice,
-                     auto_slice, bounded_loss_args, check_args, free_levels,
+                     auto_slice, check_args, check_datagram_levels, free_levels,
                      local_p3_qdisc, same_plan, warn_if_no_qdisc)
 from ._slimdp import SlimDP
 from ._dlcp import BoundedLoss
@@ -77,19 +78,17 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
     bfloat16 parameters are summed in float32 (their bytes travel as
     float32), then rounded once.
 
-    sparsify='slimdp' sends, of each slice, the fraction keep (default 0.1)
-    of its most significant elements and a random fraction explore
-    (default 0.02) of the others; the rest stays in this rank's residual
-    for later steps (residual=False drops it, for comparison only).
-
-    loss_tolerance (e.g. 0.01) pushes gradients with bounded loss (DLCP):
-    each slice as datagrams on the level after its own (level L travels
-    at 2 L, its datagrams at 2 L + 1: give the odd bands a deadline in
-    the qdisc), plus its largest elements, the fraction
-    reliable_fraction (default 0.01), over the reliable channel.  A
-    slice's datagrams complete once none came for deadline seconds
-    (default 0.005); above loss_tolerance of its bytes missing, the
-    missing chunks are fetched again, reliably.
+    wire: the research wire forms, each with its options on its own
+    object (_modes.py).  Sparsify(keep=0.1, explore=0.02, residual=True)
+    sends, of each slice, the fraction keep of its most significant
+    elements and a random fraction explore of the others (Slim-DP);
+    LossTolerant(tolerance, deadline=0.005, reliable_fraction=0.01)
+    pushes gradients with bounded loss (DLCP): each slice as datagrams
+    on the level after its own (level L travels at 2 L, its datagrams at
+    2 L + 1: give the odd bands a deadline in the qdisc), plus its
+    largest elements over the reliable channel.  The older keyword
+    arguments (sparsify='slimdp', keep, explore, residual;
+    loss_tolerance, deadline, reliable_fraction) mean the same.
 
     slice_bytes: by default the smallest slice keeping a message's CPU
     within 5% of its time on the link (the local p3 qdisc's rate, else
@@ -123,13 +122,11 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
 
     def __init__(self, optimizer, model=None, schedule='p3', bands=None,
                  slice_bytes=None, timeout=None, max_queued=None,
-                 forward_order=None, sparsify=None, keep=None, explore=None,
-                 residual=True, loss_tolerance=None, deadline=None,
-                 reliable_fraction=None, order=None,
+                 forward_order=None, order=None, wire=None,
                  backward_passes_per_step=1, find_unused_parameters=False,
                  broadcast_buffers=True, named_parameters=None,
                  compression=Compression.none, op=Average,
-                 gradient_predivide_factor=1.0):
+                 gradient_predivide_factor=1.0, **older):
         # The wrapped optimizer's __init__ is not run: its state is _opt's.
         self._opt = optimizer
         self._mesh = None
@@ -144,16 +141,18 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
                              'p3.torch exchanges CPU tensors only (GPU '
                              'tensors are not supported yet; docs/torch.md)'
                              % ', '.join(elsewhere))
-        keep, explore = check_args(schedule, sparsify, keep, explore, order,
-                                   backward_passes_per_step)
+        mode = wire_options(wire, older)
+        sparse = mode if isinstance(mode, Sparsify) else None
+        lossy = mode if isinstance(mode, LossTolerant) else None
+        check_args(schedule, order, backward_passes_per_step)
         reduction = Reduction(op, gradient_predivide_factor, compression)
-        if (sparsify or loss_tolerance) and not reduction.plain():
+        if mode and not reduction.plain():
             raise ValueError('p3.torch: sparsify and loss_tolerance send '
                              'averages of their own wire form: not with '
                              'compression, op or gradient_predivide_factor')
         nbands = bands if schedule == 'p3' else 1
-        lossy = bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
-                                  sparsify, nbands or DEFAULT_LEVELS)
+        if lossy:
+            check_datagram_levels(nbands or DEFAULT_LEVELS)
         st = _job.need()
         self._schedule = schedule
         self._timeout = st['timeout'] if timeout is None else timeout
@@ -170,7 +169,7 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._frozen = [(n, p) for n, p in named if not p.requires_grad]
         self._group_of = groups_of(optimizer, self._params)
         dtypes = reduction.dtypes(self._params)
-        if (sparsify or lossy) and any(p.dtype == torch.bfloat16
+        if mode and any(p.dtype == torch.bfloat16
                                        for p in self._params):
             raise ValueError('p3.torch: bfloat16 parameters cannot be '
                              'combined with sparsify or loss_tolerance')
@@ -197,10 +196,8 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         same_plan(st['store'], 'p3t/plan%d' % seq, st['rank'], st['size'],
                   # What both ends of a push size it by: the layout,
                   # Slim-DP's fractions, the reliable part's fraction.
-                  repr((self._layout.digest(), sparsify, keep, explore,
-                        lossy and lossy[2], reduction.key())))
-        sparse = SlimDP(self._layout, dtypes, keep, explore,
-                        residual) if sparsify else None
+                  repr((self._layout.digest(), mode and mode.key(),
+                        reduction.key())))
         model_bytes = sum(sizes)
         # Datagrams of a whole step may come before their owner registers
         # them (it is still summing the last one): room for two.
@@ -212,12 +209,15 @@ class DistributedOptimizer(Updates, torch.optim.Optimizer):
         self._mesh = Mesh(st['store'], 'p3t/mesh%d' % seq, st['rank'],
                           st['size'], st['host'], nbands, self._timeout,
                           max_queued or 2 * model_bytes + (64 << 20), dgram)
-        self._lossy = BoundedLoss(self._mesh, self._layout, st['rank'],
-                                  dtypes, *lossy) if lossy else None
-        wire = (_wire.Sparse(sparse) if sparse else
-                _wire.BoundedLoss(self._lossy) if lossy else _wire.Dense())
+        self._lossy = BoundedLoss(
+            self._mesh, self._layout, st['rank'], dtypes, lossy.tolerance,
+            lossy.deadline, lossy.reliable_fraction) if lossy else None
+        form = (_wire.Sparse(SlimDP(self._layout, dtypes, sparse.keep,
+                                    sparse.explore, sparse.residual))
+                if sparse else _wire.BoundedLoss(self._lossy) if lossy
+                else _wire.Dense())
         self._ex = Exchange(self._mesh, self._layout, st['rank'], st['size'],
-                            self._params, self._timeout, reduction, wire)
+                            self._params, self._timeout, reduction, form)
         n = len(self._params)
         self._step = 0
         self._passes = [0] * n      # backward passes each has had this step

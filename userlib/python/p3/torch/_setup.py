@@ -8,8 +8,6 @@ import struct
 import warnings
 
 import p3
-from ._dlcp import check_args as check_dlcp
-from ._slimdp import check_args as check_slimdp
 from ._mesh import STRIDE, dgram_level
 
 
@@ -162,41 +160,20 @@ def warn_if_no_qdisc(found, tolerant=None):
             stacklevel=3)
 
 
-def bounded_loss_args(loss_tolerance, deadline, reliable_fraction,
-                       sparsify, bands):
-    """(loss_tolerance, deadline, reliable_fraction) checked, with the
-    defaults, or None without loss_tolerance; ValueError otherwise."""
-    if loss_tolerance is None:
-        if deadline is not None or reliable_fraction is not None:
-            raise ValueError('p3.torch: deadline and reliable_fraction need '
-                             'loss_tolerance')
-        return None
-    if sparsify:
-        raise ValueError('p3.torch: loss_tolerance and sparsify cannot be '
-                         'combined')
+def check_datagram_levels(bands):
+    """Bounded loss's datagrams take the level after each level."""
     if dgram_level(bands - 1) > 62:
         raise ValueError('p3.torch: loss_tolerance needs bands <= 31 (each '
                          'level\'s datagrams take the level after it)')
-    return check_dlcp(loss_tolerance, 0.005 if deadline is None else deadline,
-                       0.01 if reliable_fraction is None else reliable_fraction)
 
 
-def check_args(schedule, sparsify, keep, explore, order, passes):
+def check_args(schedule, order, passes):
     """DistributedOptimizer's arguments that need no job, checked (a
-    ValueError names the first one wrong); returns Slim-DP's keep and
-    explore with their defaults."""
-    if sparsify not in (None, 'slimdp'):
-        raise ValueError("p3.torch: sparsify must be None or 'slimdp', "
-                         "not %r" % (sparsify,))
-    if sparsify is None and (keep is not None or explore is not None):
-        raise ValueError("p3.torch: keep and explore need sparsify='slimdp'")
+    ValueError names the first one wrong); the wire form's are its own
+    (_modes.py)."""
     if order is not None and (schedule != 'p3' or order not in p3.ORDERS):
         raise ValueError("p3.torch: order needs schedule='p3' and is one "
                          "of %s, not %r" % (', '.join(p3.ORDERS), order))
     if not isinstance(passes, int) or passes < 1:
         raise ValueError('p3.torch: backward_passes_per_step must be an '
                          'integer >= 1, not %r' % (passes,))
-    if sparsify:
-        return check_slimdp(0.1 if keep is None else keep,
-                            0.02 if explore is None else explore)
-    return keep, explore
