@@ -6,10 +6,11 @@ DDP and p3 (each launch trains one mode from a fresh process: a mode
 that ran second in a process ran up to 15% faster, whichever it was, as
 the first mode's memory stayed mapped), and prints one table: each
 arm's seconds a step under DDP and p3, p3's speed against DDP (DDP's
-time over p3's, the rounds paired; above 1 is faster), and rank 0's CPU
-a step by thread.  --tree NAME=DIR adds an arm that runs p3 from
-another checkout (its rank.py, Python package and built libp3), in the
-same alternation, for a before/after:
+time over p3's, the rounds paired; above 1 is faster), each's fraction
+of the overlap bound (the compute-only step of every rank at once,
+launched first), and rank 0's CPU a step by thread.  --tree NAME=DIR
+adds an arm that runs p3 from another checkout (its rank.py, Python
+package and built libp3), in the same alternation, for a before/after:
 
     git worktree add /tmp/before REV && make -C /tmp/before/userlib
     bench/ddp/ranks.py [--ranks 16] [--rounds 6] [--tree before=/tmp/before]
@@ -56,22 +57,27 @@ def cpu(row):
             1000 * t.get('MainThread', 0), 1000 * t.get('p3-engine', 0))
 
 
-def table(rows, arms):
+def table(rows, arms, bound):
+    """bound: the compute-only step of every rank at once (loopback is
+    not the bottleneck: the overlap bound is the compute)."""
     ddp = [r for r in rows if r['mode'] == 'ddp']
-    lines = ['| p3 from | DDP s/step | p3 s/step | p3 ÷ DDP (rounds) | '
+    lines = ['| p3 from | bound s/step | DDP s/step | p3 s/step | '
+             'p3 ÷ DDP (rounds) | of the bound: DDP / p3 | '
              'rank 0 CPU ms/step, DDP → p3 (main; engine) |',
-             '|---|---:|---:|---:|---|']
+             '|---|---:|---:|---:|---:|---:|---|']
     for arm in arms:
         p3 = [r for r in rows if r['mode'] == 'p3' and r['tag'] == arm]
         pair = [d['mean_s'] / p['mean_s'] for d, p in zip(ddp, p3)]
         m = lambda rs, f: sum(f(r) for r in rs) / len(rs)
         lines.append(
-            '| %s | %.3f | %.3f | %.2f× (%.2f–%.2f) | %.1f → %.1f '
-            '(%.1f → %.1f; %.1f) |' % (
-                arm, m(ddp, lambda r: r['mean_s']),
+            '| %s | %.3f | %.3f | %.3f | %.2f× (%.2f–%.2f) | %.2f / %.2f | '
+            '%.1f → %.1f (%.1f → %.1f; %.1f) |' % (
+                arm, bound, m(ddp, lambda r: r['mean_s']),
                 m(p3, lambda r: r['mean_s']),
                 m(ddp, lambda r: r['mean_s']) / m(p3, lambda r: r['mean_s']),
                 min(pair), max(pair),
+                bound / m(ddp, lambda r: r['mean_s']),
+                bound / m(p3, lambda r: r['mean_s']),
                 m(ddp, lambda r: cpu(r)[0]), m(p3, lambda r: cpu(r)[0]),
                 m(ddp, lambda r: cpu(r)[1]), m(p3, lambda r: cpu(r)[1]),
                 m(p3, lambda r: cpu(r)[2])))
@@ -101,6 +107,9 @@ def main():
                      'not %r' % spec)
         arms[name] = os.path.abspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    # Every rank computing alone, at once: the overlap bound.
+    bound = launch(a, 'compute', 'compute', arms['this'], a.out)['mean_s']
+    print('bench/ddp/ranks: compute only: %.3f s a step' % bound, flush=True)
     rows, n = [], a.rounds * (1 + len(arms))
     for k in range(a.rounds):
         # Each round in another order: no arm always follows the same one.
@@ -112,7 +121,7 @@ def main():
             rows.append(row)
             print('bench/ddp/ranks: %d/%d %s %s: %.3f s a step'
                   % (len(rows), n, mode, tag, row['mean_s']), flush=True)
-    print(table(rows, list(arms)))
+    print(table(rows, list(arms), bound))
 
 
 if __name__ == '__main__':

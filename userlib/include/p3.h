@@ -338,7 +338,7 @@ struct p3_chan_opts {
 
 /* Fill opts with defaults: 8 bands, default method, 64 MiB, 16 MiB, 10 s,
  * no progress, peers declared lost after 30 s of silence, level
- * stride 1.  size is the caller's sizeof(*opts): fields past it are left
+ * stride 1, every payload checksummed.  size is the caller's sizeof(*opts): fields past it are left
  * alone, so a program built against an older header keeps its own
  * layout.  The macro passes it; p3_chan_opts_init itself, the first
  * layout's entry point, fills only that layout. */
