@@ -501,6 +501,17 @@ static void test_hellos(void)
 	for (i = 0; i < 3; i++)
 		close(fd[i]);
 
+	/* A channel speaks one protocol: a band naming another is refused. */
+	fd[0] = raw_socket();
+	fd[1] = raw_socket();
+	raw_hello(fd[0], 78, 0, 2);
+	hello_proto = 2;
+	raw_hello(fd[1], 78, 1, 2);
+	hello_proto = 1;
+	ok_err(accept_err(l), -P3_EHELLO, "protocols 1 and 2 within a channel");
+	close(fd[0]);
+	close(fd[1]);
+
 	/* Idle connections flood the pending list; a real channel still gets in. */
 	for (i = 0; i < 150; i++)
 		fd[i] = raw_socket();
