@@ -533,8 +533,10 @@ uint64_t p3_chan_id(const struct p3_chan *c);
 /*
  * With opts.progress: a descriptor that is readable while there is
  * something for the caller: on a receiver a completion for p3_chan_next()
- * or an error for p3_chan_poll(); on a sender an empty queue or a failed
- * band; on either after p3_chan_shutdown().  Poll it; never read it.
+ * or an error for p3_chan_poll(); on a sender an empty queue, a failed
+ * band, or (libp3 1.4) a by-reference send's completion for
+ * p3_chan_next(); on either after p3_chan_shutdown().  Poll it; never
+ * read it.
  * -EINVAL without progress.
  */
 int p3_chan_fd(const struct p3_chan *c);

@@ -341,20 +341,22 @@ static int conn_header(struct p3_chan *c, struct rx_conn *k)
 {
 	struct p3_frame_limits lim;
 	struct rx_tensor *t;
-	uint8_t flags = 0;
 	uint64_t end;
 	int err;
 
+	/* A header-only CRC is checked before any of its fields is used:
+	 * a corrupted tensor or iteration must not wait for a registration
+	 * or pass as another error.  (The parser refuses other flags, and
+	 * this one on a protocol-1 channel.) */
+	k->hdr_crc = c->proto >= 2 && p3_frame_flags(k->buf) == P3_FRAME_F_HDRCRC;
+	if (k->hdr_crc && p3_frame_crc_header(k->buf) != p3_frame_crc_wire(k->buf))
+		return -P3_ECSUM;
 	rx_limits(c, &lim);
 	err = p3_frame_parse_header_flags(k->buf, k->have, &lim, &k->hdr,
-					  c->proto >= 2 ? P3_FRAME_F_HDRCRC : 0, &flags);
+					  c->proto >= 2 ? P3_FRAME_F_HDRCRC : 0, NULL);
 	k->stalled = err == -EAGAIN;
 	if (err)
 		return k->stalled ? 0 : err;
-	/* A header-only CRC is checked before any of its fields is used. */
-	k->hdr_crc = flags & P3_FRAME_F_HDRCRC;
-	if (k->hdr_crc && p3_frame_crc_header(k->buf) != p3_frame_crc_wire(k->buf))
-		return -P3_ECSUM;
 	if (k->hdr.type != P3_FRAME_DATA)
 		return -P3_EBADFRAME;	/* a second hello */
 	/* Levels and connections map 1:1; anything else is misrouted. */

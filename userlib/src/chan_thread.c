@@ -132,7 +132,9 @@ static int notify_update(struct p3_chan *c)
 	if (c->role == P3_ROLE_TX) {
 		unsigned int b;
 
-		ready |= !c->queued;
+		/* An empty queue, or a by-reference send's completion: a
+		 * caller waiting for one need not wait for the whole queue. */
+		ready |= !c->queued || c->done_n;
 		for (b = 0; b < c->bands; b++)
 			ready |= c->tx[b].err != 0;
 	} else {

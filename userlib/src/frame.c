@@ -53,6 +53,11 @@ uint32_t p3_frame_crc_header(const void *hdr)
 	return p3_crc32c(p3_crc32c(0, hdr, OFF_CRC), zero, sizeof(zero));
 }
 
+uint8_t p3_frame_flags(const void *hdr)
+{
+	return ((const uint8_t *)hdr)[OFF_FLAGS];
+}
+
 uint32_t p3_frame_crc_wire(const void *hdr)
 {
 	return get_be32((const uint8_t *)hdr + OFF_CRC);

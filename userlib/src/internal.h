@@ -82,6 +82,7 @@ uint32_t p3_frame_crc_wire(const void *hdr);
 #define P3_FRAME_F_HDRCRC	0x01
 int p3_frame_header_flags(void *hdr, const struct p3_frame *f, const void *payload,
 			  uint8_t flags);
+uint8_t p3_frame_flags(const void *hdr);
 int p3_frame_parse_header_flags(const void *buf, size_t len, const struct p3_frame_limits *lim,
 				struct p3_frame *f, uint8_t allowed, uint8_t *flags);
 

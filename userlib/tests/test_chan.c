@@ -5,6 +5,7 @@
  * pipelined iterations, backpressure, in-band priority and failures.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -741,6 +742,50 @@ static void test_plan_ref(int checksum)
 	free(dst);
 }
 
+/* A by-reference send's completion makes a sender's descriptor readable
+ * while the rest of its queue is still stuck (band 1's receiver never
+ * registers its tensor): a caller waiting for it need not wait for the
+ * whole queue. */
+static void test_ref_completion_wakes_fd(void)
+{
+	enum { SMALL = 1 << 20, BIG = 64 << 20 };
+	struct p3_listener *l = listen_any("127.0.0.1", 0);
+	uint8_t *small = calloc(1, SMALL), *big = calloc(1, BIG), *dst = calloc(1, SMALL);
+	struct p3_chan *tx = NULL, *rx = NULL;
+	struct p3_chan_opts o;
+	struct p3_completion d;
+	struct pollfd pfd;
+	int woke = 0, err = -1;
+	uint64_t end;
+
+	p3_chan_opts_init(&o);
+	o.bands = 2;
+	o.progress = 1;
+	o.max_queued = 2 * (size_t)BIG;
+	if (l && !p3_chan_connect("127.0.0.1", port, &o, &tx) && !p3_accept(l, 10000, &rx)) {
+		p3_chan_expect(rx, 1, dst, SMALL, 0);
+		err = p3_chan_send_ref(tx, 1, 0, 0, 2, 0, big, BIG, 5000);
+		if (!err)
+			err = p3_chan_send_ref(tx, 0, 0, 0, 1, 0, small, SMALL, 5000);
+		pfd = (struct pollfd){ .fd = p3_chan_fd(tx), .events = POLLIN };
+		for (end = p3_now_ns() + 10000000000ull; !woke && p3_now_ns() < end; ) {
+			p3_chan_poll(rx, 10);
+			while (p3_chan_next(rx, &d) == 1)
+				;
+			woke = poll(&pfd, 1, 10) == 1 && p3_chan_queued(tx) > 0;
+		}
+	}
+	ok(!err && woke && p3_chan_next(tx, &d) == 1 && d.tensor == 1 && d.bytes == SMALL,
+	   "a by-reference completion wakes the sender's descriptor while %zu bytes stay queued",
+	   tx ? p3_chan_queued(tx) : 0);
+	p3_chan_close(tx);
+	p3_chan_close(rx);
+	p3_listener_close(l);
+	free(small);
+	free(big);
+	free(dst);
+}
+
 static void test_checksum_option(void)
 {
 	struct p3_listener *l = listen_any("127.0.0.1", 0);
@@ -955,6 +1000,7 @@ int main(void)
 	test_send_ref_changed();
 	test_plan_ref(0);
 	test_plan_ref(-1);
+	test_ref_completion_wakes_fd();
 	test_checksum_option();
 	test_receiver_tags("127.0.0.1", 1);
 	test_receiver_tags("::1", 1);

@@ -343,6 +343,10 @@ static void test_header_crc(void)
 	attack("protocol 2, header-only CRC, header changed", hb[0], n, 0, -P3_ECSUM,
 	       B_UNTOUCHED);
 	n = frame_hdr_crc(hb[0], 1, B, 0, 100, ITER);
+	hb[0][8 + 3] ^= 0x40;		/* the tensor: one never registered */
+	attack("protocol 2, header-only CRC, tensor id changed", hb[0], n, 0, -P3_ECSUM,
+	       B_UNTOUCHED);
+	n = frame_hdr_crc(hb[0], 1, B, 0, 100, ITER);
 	hb[0][7] = 0x03;
 	reseal(hb[0], 100);
 	attack("protocol 2, an unknown flag", hb[0], n, 0, -P3_EBADFRAME, B_UNTOUCHED);

@@ -162,7 +162,6 @@ class Reducer:
                 self._pushes_from[(m, q)] = 0
             self._reducing.add(m)   # owed to the peers until sent
         try:
-            self.wire.before_sum(m)
             for u in self.units.of_msg[m]:
                 self._sum(u)
             self._expect_pushes(m, it + 1)

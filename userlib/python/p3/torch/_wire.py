@@ -2,8 +2,8 @@
 """The exchange's wire forms, one object each, so that the exchange
 (_exchange.py, _reducer.py) has one path and no branch on the form:
 
-  Dense         every element of a unit, sent by reference from the flat
-                buffers (the default)
+  Dense         every element of a unit, pushed by reference from the
+                flat buffer (the default)
   Sparse        Slim-DP: the elements every rank chose this step
                 (_slimdp.py, _sparse.py's wire form), both ways
   BoundedLoss   DLCP: a push as datagrams plus its largest elements over
@@ -14,6 +14,7 @@ mesh, the layout's units, the flat buffers.  Wire ids: pushes 0..nu-1,
 averages nu..2nu-1 (nu = the unit count); bounded loss's asks from 2 ns
 and resends from 3 ns (a unit a slice).
 """
+import select
 import threading
 import time
 
@@ -26,9 +27,12 @@ from ._errors import PeerError, StepTimeout
 
 
 class Dense:
-    """A unit's elements as the flat buffers hold them, pushed and
-    returned by reference: libp3's engine thread writes them from there,
-    and a unit is written again only once its send's completion is in."""
+    """A unit's elements as the flat buffers hold them.  Pushes go by
+    reference: libp3's engine thread writes them from the gradients' flat
+    buffer, which only gradient() writes, and only once the last push of
+    the unit is out.  Averages are copied into libp3's queue by the
+    reducer: .grad shows them to the script and the wrapped optimizer
+    (clipping edits them in place), so they may change while queued."""
 
     whole_messages = True       # a unit may span a message's slices
     counts_pushes_per_peer = True
@@ -46,13 +50,9 @@ class Dense:
         self._rx = {k: p3.Buffer(a, writable=True)
                     for k, a in self.recv.items()}
         self._plans = {}        # (peer, message, pull): its p3.Plan
-        # By reference: pushes in flight, message: peer (the main thread
-        # sets, and waits in before_gradient); averages, (peer, message)
-        # (the reducer sets, and waits in before_sum).  Either thread
-        # takes the completions it finds (_sent); dict and set operations
-        # are atomic.
+        # Pushes in flight by reference, message: its owner (main
+        # thread only: it sends them and waits in before_gradient).
         self._pushing = {}
-        self._pulling = set()
 
     def recv_bytes(self, u):
         unit = self.ex.units.units[u]
@@ -99,11 +99,17 @@ class Dense:
         if plan is None:
             plan = self._plans[(q, m, pull)] = self._plan(m, pull)
         if pull:
-            self._pulling.add((q, m))
-        else:
-            self._pushing[m] = q
-        self.ex.mesh.tx[q].send_prepared(plan, iteration=it,
-                                         timeout=self.ex.timeout, copy=False)
+            self.ex.mesh.tx[q].send_prepared(plan, iteration=it,
+                                             timeout=self.ex.timeout)
+            return plan.bytes
+        self._pushing[m] = q
+        try:
+            self.ex.mesh.tx[q].send_prepared(plan, iteration=it,
+                                             timeout=self.ex.timeout,
+                                             copy=False)
+        except BaseException:
+            del self._pushing[m]     # not queued: no completion will come
+            raise
         return plan.bytes
 
     def _plan(self, m, pull):
@@ -123,15 +129,18 @@ class Dense:
         return (ex._aflat if pull else ex._gflat)[ex.units.span(u)]
 
     def _sent(self, q, timeout):
-        """Take the completions of what this rank sent rank q by
-        reference, waiting up to timeout s for one."""
+        """Take the completions of the pushes sent rank q by reference,
+        waiting up to timeout s for one if none is in.  (A sender's
+        poll() with a timeout would wait for its whole queue; its
+        descriptor turns readable at the first completion.)"""
         ex = self.ex
-        nu = ex.units.n
-        for c in ex.mesh.tx[q].poll(timeout):
-            if c.tensor < nu:
-                self._pushing.pop(ex.units.units[c.tensor].msg, None)
-            else:
-                self._pulling.discard((q, ex.units.units[c.tensor - nu].msg))
+        ch = ex.mesh.tx[q]
+        done = ch.poll(0)
+        if not done and timeout > 0:
+            select.select([ch.fileno()], [], [], timeout)
+            done = ch.poll(0)
+        for c in done:
+            self._pushing.pop(ex.units.units[c.tensor].msg, None)
 
     def _free_push(self, m, deadline):
         """Wait until no channel reads message m's pushed gradients: the
@@ -141,6 +150,8 @@ class Dense:
             q = self._pushing.get(m)
             if q is None:
                 return
+            if q in ex.lost:
+                raise ex.lost[q]
             left = deadline - time.monotonic()
             if left <= 0:
                 ex.timed_out = True
@@ -153,30 +164,6 @@ class Dense:
                                 % (ex.rank, q, e)) from e
 
     # ------------------------------------------------------------ summing
-
-    def before_sum(self, m):
-        """Owned message m's averages are about to be summed afresh: no
-        channel may still read the last step's.  A peer whose channel
-        failed reads nothing more: it is lost."""
-        ex = self.ex
-        deadline = time.monotonic() + ex.timeout
-        for q in ex.peers:
-            while (q, m) in self._pulling:
-                if q in ex.lost:
-                    self._pulling.discard((q, m))
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PeerError('p3.torch: rank %d could not send its '
-                                    'averages to rank %d in %.0f s'
-                                    % (ex.rank, q, ex.timeout))
-                try:
-                    self._sent(q, min(left, 0.5))
-                except p3.ClosedError:
-                    raise
-                except p3.Error as e:
-                    ex._lose(q, e)
-                    self._pulling.discard((q, m))
 
     def accumulator(self, u, out, sdt):
         """Where unit u's sum goes: its averages' buffer (out), or one of
@@ -268,9 +255,6 @@ class Sparse(Dense):
         self.slim.scatter(u, vals, ex._aflat[ex.units.span(u)]
                           .view(unit.dtype))
 
-    def before_sum(self, m):
-        pass            # replies are copied out when sent
-
     def accumulator(self, u, out, sdt):
         return np.empty(self.slim.count[u], out.dtype)
 
@@ -296,7 +280,7 @@ class Sparse(Dense):
 class BoundedLoss(Dense):
     """DLCP: a push as datagrams plus its largest elements over the
     channel, sent by the form's pusher thread (_dlcp.py); averages as
-    Dense's, copied; a unit is a slice.  A push's datagrams do not say
+    Dense's; a unit is a slice.  A push's datagrams do not say
     their sender, so pushes are not counted per peer."""
 
     whole_messages = False
@@ -338,12 +322,7 @@ class BoundedLoss(Dense):
 
     def send(self, q, m, it, pull):
         if pull:
-            plan = self._plans.get((q, m, pull))
-            if plan is None:
-                plan = self._plans[(q, m, pull)] = self._plan(m, pull)
-            self.ex.mesh.tx[q].send_prepared(plan, iteration=it,
-                                             timeout=self.ex.timeout)
-            return plan.bytes
+            return super().send(q, m, it, pull)
         return self.lossy.push(q, m, it, self.ex._gbytes, self.ex.timeout)
 
     def part(self, r, u, dt):
