@@ -137,7 +137,11 @@ class Dense:
         ch = ex.mesh.tx[q]
         done = ch.poll(0)
         if not done and timeout > 0:
-            select.select([ch.fileno()], [], [], timeout)
+            # poll(), not select(): a rank of a large job holds more than
+            # FD_SETSIZE descriptors.
+            waiter = select.poll()
+            waiter.register(ch.fileno(), select.POLLIN)
+            waiter.poll(timeout * 1000)
             done = ch.poll(0)
         for c in done:
             self._pushing.pop(ex.units.units[c.tensor].msg, None)
