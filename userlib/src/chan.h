@@ -86,9 +86,9 @@ struct p3_chan {
 	uint64_t		cookie;		/* sender: groups its bands at the receiver */
 	uint32_t		max_payload;
 	/* The protocol its hellos name (p3.h, P3_PROTO_*): from 2 a data
-	 * frame may leave its payload to TCP's checksum. */
+	 * frame may leave its payload to TCP's checksum (a sender of 2
+	 * always does). */
 	uint8_t			proto;
-	int			hdr_crc;	/* sender: frames' CRC covers headers only */
 
 	/* Threads: every field below is guarded by lock. */
 	pthread_mutex_t		lock;

@@ -356,7 +356,7 @@ static size_t msg_frames(const struct p3_chan *c, const struct p3_send *s, size_
 static void msg_encode(const struct p3_chan *c, struct tx_msg *m, unsigned int level,
 		       const struct p3_send *s, size_t n)
 {
-	uint8_t *p = m->data, flags = c->hdr_crc ? P3_FRAME_F_HDRCRC : 0;
+	uint8_t *p = m->data, flags = c->proto >= 2 ? P3_FRAME_F_HDRCRC : 0;
 	uint64_t off, len;
 	size_t i;
 
@@ -855,8 +855,7 @@ P3_EXPORT int p3_chan_connect(const char *host, const char *port, const struct p
 	if (c) {
 		c->cookie = random_id();	/* never the caller's: ids can repeat */
 		/* Protocol 1 where it suffices: an older receiver takes it. */
-		c->hdr_crc = o.checksum < 0;
-		c->proto = c->hdr_crc ? 2 : 1;
+		c->proto = o.checksum < 0 ? 2 : 1;
 	}
 	err = c ? -ECONNREFUSED : -ENOMEM;
 	for (ai = res; c && ai; ai = ai->ai_next) {

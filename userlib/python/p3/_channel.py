@@ -98,14 +98,24 @@ class Channel(_Closing):
             _check(self._call(_send, int(level), int(prio), key[1], key[0],
                               int(offset), b.ptr, b.nbytes, _ms(timeout)), 'send')
             return
+        self._send_held('send', [key], b, _send_ref, int(level), int(prio),
+                        key[1], key[0], int(offset), b.ptr, b.nbytes,
+                        _ms(timeout))
+
+    def _send_held(self, what, keys, held, fn, *args):
+        """fn(handle, *args), a by-reference send (what names it in an
+        error) whose completions name keys: held (what keeps the memory
+        exported) is kept under each until its completion is taken, or
+        dropped if the send fails."""
         with self._lock:
-            self._sent_refs.setdefault(key, []).append(b)
+            for k in keys:
+                self._sent_refs.setdefault(k, []).append(held)
         try:
-            _check(self._call(_send_ref, int(level), int(prio), key[1], key[0],
-                              int(offset), b.ptr, b.nbytes, _ms(timeout)),
-                   'send')
+            _check(self._call(fn, *args), what)
         except BaseException:
-            self._unref(key)
+            with self._lock:
+                for k in keys:
+                    self._unref_locked(k)
             raise
 
     def _unref(self, key):
@@ -153,19 +163,10 @@ class Channel(_Closing):
                               len(plan.refs), int(iteration), _ms(timeout)),
                    'send_plan')
             return
-        keys = [(t, int(iteration)) for t in plan.heads]
-        with self._lock:
-            for k in keys:
-                self._sent_refs.setdefault(k, []).append(plan)
-        try:
-            _check(self._call(_send_plan_ref, plan.cs, plan.n, plan.refs,
-                              len(plan.refs), int(iteration), _ms(timeout)),
-                   'send_plan')
-        except BaseException:
-            with self._lock:
-                for k in keys:
-                    self._unref_locked(k)
-            raise
+        self._send_held('send_plan',
+                        [(t, int(iteration)) for t in plan.heads], plan,
+                        _send_plan_ref, plan.cs, plan.n, plan.refs,
+                        len(plan.refs), int(iteration), _ms(timeout))
 
     @property
     def queued(self) -> int:
