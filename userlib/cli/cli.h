@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * What the files of p3ctl share: the formatting helpers, the Prometheus
- * formatter and the doctor command's entry point.
+ * formatter, and the doctor and run commands' entry points.
  */
 #ifndef P3CTL_CLI_H
 #define P3CTL_CLI_H
@@ -35,5 +35,10 @@ struct doctor_opts {
 /* Diagnose dev and print the findings: 0 when nothing is wrong, 1 when a
  * problem was found, 2 on a usage error. */
 int cmd_doctor(const struct doctor_opts *o);
+
+/* p3ctl run (argv[0] is "run"): exec the job with the tagging shim
+ * preloaded, or return 2 (usage, a level that cannot be tagged), 126 or
+ * 127 (as env(1): CMD could not be run). */
+int cmd_run(int argc, char **argv);
 
 #endif /* P3CTL_CLI_H */

@@ -7,6 +7,7 @@
  *   p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]
  *   p3ctl stat DEV [parent ID] [handle ID] --prometheus
  *   p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]
+ *   p3ctl run --level N [--tag dscp|priority|mark] [--] CMD [ARG...]   (run.c)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -48,6 +49,7 @@ static void usage(FILE *f)
 	      "       p3ctl [--json] stat DEV [parent ID] [handle ID] [-w] [-c COUNT] [-i SECS]\n"
 	      "       p3ctl stat DEV [parent ID] [handle ID] --prometheus\n"
 	      "       p3ctl [--json] doctor [DEV] [--tag dscp|priority|mark] [--sample SECS]\n"
+	      "       p3ctl run --level N [--tag dscp|priority|mark] [--] CMD [ARG...]\n"
 	      "ID is root, MAJ: or MAJ:MIN (hex); RATE as tc: 50mbit, 1gbit, 10mbps;\n"
 	      "BYTES: 64k, 16m (1024-based).  See p3ctl(1).\n", f);
 }
@@ -552,6 +554,9 @@ int main(int argc, char **argv)
 	struct cli c;
 	int err;
 
+	/* Before the flags are parsed: CMD's own flags are not p3ctl's. */
+	if (argc > 1 && !strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (parse_args(&c, argc, argv)) {
 		usage(stderr);
 		return 2;

@@ -43,6 +43,8 @@ done
 run_suite abi "abi: " "$HERE/test_abi.sh" "$O" "${VERSION:?}"
 run_suite doctor "" "$HERE/test_doctor.sh" "$O/p3ctl"
 run_suite doctor "asan: " "$HERE/test_doctor.sh" "$OA/p3ctl"
+run_suite run "" "$PYTHON" "$HERE/test_run.py" "$O/p3ctl"
+run_suite run "asan: " "$PYTHON" "$HERE/test_run.py" "$OA/p3ctl"
 for t in $TESTS; do
 	run_suite "$t" "asan: " "$OA/$t"
 done
