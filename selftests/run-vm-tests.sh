@@ -186,6 +186,9 @@ if [ "$kernel" != debug ]; then
 		done
 	fi
 	run "$deploy_s" /usr/bin/python3 selftests/p3_deploy.py "${deploy[@]}" --prefix "$kernel: "
+	# Unmodified jobs in a band: p3ctl run's process trees, a pod, a job's
+	# own tags, iperf3 beside bulk both ways, doctor naming a job.
+	run 150 /usr/bin/python3 selftests/p3_run.py --prefix "$kernel: "
 	# p3 at the root, under mq and under mqprio of a 4-queue veth.
 	run 20 /usr/bin/python3 selftests/p3_multiqueue.py --prefix "$kernel: "
 fi

@@ -36,6 +36,27 @@ struct doctor_opts {
  * problem was found, 2 on a usage error. */
 int cmd_doctor(const struct doctor_opts *o);
 
+/* The untagged TCP connections through a device (senders.c). */
+struct sender_sample;
+
+/* A process and what its untagged connections sent between two samples. */
+struct untagged_job {
+	int		pid;
+	int		conns;
+	uint64_t	bytes;
+	char		cmdline[240];	/* quoted for a shell, maybe cut short */
+};
+
+/* The connections of this network namespace whose source address is on
+ * dev and whose DSCP tags no band of bands, with their bytes acked. */
+int senders_sample(const char *dev, unsigned int bands, struct sender_sample **out);
+void senders_free(struct sender_sample *s);
+
+/* Up to max processes holding after's connections that sent min_bytes or
+ * more since before, the most first; their number, or -errno. */
+int senders_jobs(const struct sender_sample *before, const struct sender_sample *after,
+		 uint64_t min_bytes, struct untagged_job *jobs, int max);
+
 /* p3ctl run (argv[0] is "run"): exec the job with the tagging shim
  * preloaded, or return 2 (usage, a level that cannot be tagged), 126 or
  * 127 (as env(1): CMD could not be run). */

@@ -42,7 +42,8 @@
 #define LINE_LEN	400
 #define MIN_PACKETS	20	/* a sample with fewer judges nothing */
 #define MAX_TUNNELS	8	/* tunnel problems listed one by one */
-#define MAX_NAMED	3	/* foreign veths named in a message */
+#define MAX_NAMED	3	/* foreign veths, untagged jobs named */
+#define MIN_JOB_RATE	131072	/* bytes/s: a job's untagged traffic worth naming */
 #define NL_TIMEOUT_S	5
 #define TOS_INHERIT	1	/* IFLA_VXLAN_TOS / IFLA_GENEVE_TOS */
 
@@ -759,13 +760,45 @@ static uint64_t growth(uint64_t before, uint64_t after)
 	return after >= before ? after - before : (uint32_t)(after - before);
 }
 
+/* The processes whose connections sent untagged in the sample, each with
+ * the command that would run it in a band. */
+static void judge_jobs(struct doctor *d, const struct sender_sample *before, double dt)
+{
+	const struct p3_qdisc_opts *o = &d->now.p3.opts;
+	struct untagged_job jobs[MAX_NAMED];
+	struct sender_sample *after;
+	struct finding *f;
+	int n, i, err;
+
+	err = senders_sample(d->dev, o->bands, &after);
+	n = err ? err : senders_jobs(before, after, (uint64_t)(MIN_JOB_RATE * dt), jobs, MAX_NAMED);
+	senders_free(after);
+	if (n < 0) {
+		check_failed(d, "the host's TCP connections (sock_diag, /proc)", strerror(-n));
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		f = report(d, PROBLEM, "untagged-job", "process %d sent %.1f MB untagged in %.1f s "
+			   "on %d TCP connection%s through %s, all to the default band %u: %s",
+			   jobs[i].pid, (double)jobs[i].bytes / 1e6, dt, jobs[i].conns,
+			   jobs[i].conns == 1 ? "" : "s", d->dev, o->defband, jobs[i].cmdline);
+		fix(f, "p3ctl run --level 0 -- %s   # restart it in the most urgent band",
+		    jobs[i].cmdline);
+		if (o->defband + 1 < o->bands)
+			fix(f, "p3ctl run --level %u -- %s   # or below untagged traffic, if it "
+			       "should wait", o->bands - 1, jobs[i].cmdline);
+	}
+}
+
 /* Two reads of the counters sample_s apart; the first is d->now. */
 static void check_traffic(struct doctor *d)
 {
 	const struct snapshot *s = &d->now;
+	struct sender_sample *socks = NULL;
 	struct snapshot later;
 	uint64_t seen;
 	double dt;
+	int err;
 
 	if (!d->o->sample_s) {
 		report(d, NOTE, NULL, "traffic not sampled (--sample 0)");
@@ -775,13 +808,22 @@ static void check_traffic(struct doctor *d)
 	}
 	if (!d->o->json)
 		print_text(d);
+	/* sock_diag shows a connection's DSCP, not its priority or mark. */
+	err = qdisc_tag(d) == P3_METHOD_DSCP ? senders_sample(d->dev, s->p3.opts.bands, &socks) : 0;
+	if (err)
+		check_failed(d, "the host's TCP connections (sock_diag)", strerror(-err));
 	sleep_until(s->t_ns + (uint64_t)(d->o->sample_s * 1e9));
-	if (read_snapshot(d, &later))
+	if (read_snapshot(d, &later)) {
+		senders_free(socks);
 		return;
+	}
 	dt = (double)(later.t_ns - s->t_ns) / 1e9;
 	seen = growth(s->p3.total.packets, later.p3.total.packets);
 	judge_hidden(d, growth(s->root.packets, later.root.packets), seen, dt);
 	judge_untagged(d, seen, growth(s->p3.xstats.untagged, later.p3.xstats.untagged), dt);
+	if (socks)
+		judge_jobs(d, socks, dt);
+	senders_free(socks);
 }
 
 /* ---------------------------------------------------------------- main */
