@@ -84,10 +84,11 @@ def shape(mbit, qdisc):
                'pfifo', 'limit', '1000')
 
 
-def run_ranks(mode, model, args, out, tag, port):
+def run_ranks(mode, model, args, out, tag, port, wrap=()):
     """Both ranks of one run (compute: each alone, at once, so that the
-    two share the CPU as in training); returns when both are done,
-    raising if either failed."""
+    two share the CPU as in training), each under the command @wrap
+    (e.g. p3ctl run --level 0 --); returns when both are done, raising if
+    either failed."""
     procs = []
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE='2',
@@ -97,7 +98,7 @@ def run_ranks(mode, model, args, out, tag, port):
                    P3_LIB=os.path.join(TOP, 'build', 'userlib', 'libp3.so'),
                    **(SAME_MALLOC if args.same_malloc else {}))
         procs.append(subprocess.Popen(
-            ['ip', 'netns', 'exec', NS[r], args.python,
+            ['ip', 'netns', 'exec', NS[r], *wrap, args.python,
              os.path.join(HERE, 'rank.py'), '--mode', mode, '--model', model,
              '--batch', str(args.batch), '--steps', str(args.steps),
              '--warmup', str(args.warmup), '--out', out, '--tag', tag]
@@ -117,14 +118,15 @@ def last_line(path):
         return json.loads(f.readlines()[-1])
 
 
-def upload(on):
-    """An untagged bulk upload from host 0 to host 1 (iperf3), or None."""
+def upload(on, wrap=()):
+    """A bulk upload from host 0 to host 1 (iperf3, port 5201), untagged or
+    under the command @wrap; None if not @on."""
     if not on:
         return None
     srv = subprocess.Popen(['ip', 'netns', 'exec', NS[1], 'iperf3', '-s', '-1'],
                            stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-    cli = subprocess.Popen(['ip', 'netns', 'exec', NS[0], 'iperf3', '-c',
+    cli = subprocess.Popen(['ip', 'netns', 'exec', NS[0], *wrap, 'iperf3', '-c',
                             ADDR[1], '-t', '86400'], stdout=subprocess.DEVNULL)
     return srv, cli
 
