@@ -110,28 +110,24 @@ class Peer:
             p.wait()
 
 
-def test_process_tree(chk):
+def tree_in(chk, ns, level, label):
+    """tree_script() under --level @level in @ns: all of it in that band."""
     dep.routed()
     dep.p3_defaults()
     peer = Peer()
     try:
-        sent, delta, untagged = counted(tree_script(), 2)
-        expect_band(chk, "a shell's children and grandchildren at level 2",
-                    2, sent, delta, untagged)
+        sent, delta, untagged = counted(tree_script(), level, ns=ns)
+        expect_band(chk, label, level, sent, delta, untagged)
     finally:
         peer.stop()
+
+
+def test_process_tree(chk):
+    tree_in(chk, HOST, 2, "a shell's children and grandchildren at level 2")
 
 
 def test_pod(chk):
-    dep.routed()
-    dep.p3_defaults()
-    peer = Peer()
-    try:
-        sent, delta, untagged = counted(tree_script(), 1, ns=POD)
-        expect_band(chk, "a pod's job at level 1, through the node's h0",
-                    1, sent, delta, untagged)
-    finally:
-        peer.stop()
+    tree_in(chk, POD, 1, "a pod's job at level 1, through the node's h0")
 
 
 def test_own_tags(chk):

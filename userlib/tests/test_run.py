@@ -75,33 +75,31 @@ print(tos(own), tos(lib))
 """ % TOS
 
 
+PRIORITY = ('import socket; print(socket.socket().getsockopt(socket.SOL_SOCKET, '
+            'socket.SO_PRIORITY))')
+PRELOAD = 'import os; print(os.environ["LD_PRELOAD"].split(":")[1])'
+# (An ASan p3ctl must be told that a library before its runtime is fine.)
+OWN_PRELOAD = dict(ENV, LD_PRELOAD='libc.so.6', ASAN_OPTIONS=os.environ.get(
+    'ASAN_OPTIONS', '') + ':verify_asan_link_order=0')
+# level, the job, p3ctl run's options, its environment, what it must print
+TAG_CASES = [
+    (3, KINDS, (), ENV, '4 4 4',
+     'level 3: TCP/IPv4 and dual-stack UDP/IPv6 (TCLASS and TOS) carry DSCP 4'),
+    (0, CHILDREN, (), ENV, '1 1', "level 0: the job's children's children are tagged (DSCP 1)"),
+    (2, ACCEPT, (), ENV, '3 3 3',
+     'a listener, its client and the connection it accepts carry the level'),
+    (1, OWN, (), ENV, '46 6',
+     'a socket that sets its own TOS (EF) and one tagged through libp3 keep theirs'),
+    (3, PRIORITY, ('--tag', 'priority'), ENV, '4',
+     '--tag priority: SO_PRIORITY is the tag, level + 1'),
+    (1, PRELOAD, (), OWN_PRELOAD, 'libc.so.6', "the job's own LD_PRELOAD is kept, after the shim"),
+]
+
+
 def test_tags():
-    r = job(3, KINDS)
-    tap(r.returncode == 0 and r.stdout.split() == ['4', '4', '4'],
-        'level 3: TCP/IPv4 and dual-stack UDP/IPv6 (TCLASS and TOS) carry DSCP 4',
-        r.stdout + r.stderr)
-    r = job(0, CHILDREN)
-    tap(r.returncode == 0 and r.stdout.split() == ['1', '1'],
-        "level 0: the job's children's children are tagged (DSCP 1)",
-        r.stdout + r.stderr)
-    r = job(2, ACCEPT)
-    tap(r.returncode == 0 and r.stdout.split() == ['3', '3', '3'],
-        'a listener, its client and the connection it accepts carry the level',
-        r.stdout + r.stderr)
-    r = job(1, OWN)
-    tap(r.returncode == 0 and r.stdout.split() == ['46', '6'],
-        'a socket that sets its own TOS (EF) and one tagged through libp3 keep theirs',
-        r.stdout + r.stderr)
-    r = job(3, 'import socket; print(socket.socket().getsockopt(socket.SOL_SOCKET, '
-            'socket.SO_PRIORITY))', '--tag', 'priority')
-    tap(r.returncode == 0 and r.stdout.split() == ['4'],
-        '--tag priority: SO_PRIORITY is the tag, level + 1', r.stdout + r.stderr)
-    # (An ASan p3ctl must be told that a library before its runtime is fine.)
-    env = dict(ENV, LD_PRELOAD='libc.so.6', ASAN_OPTIONS=os.environ.get(
-        'ASAN_OPTIONS', '') + ':verify_asan_link_order=0')
-    r = job(1, 'import os; print(os.environ["LD_PRELOAD"].split(":")[1])', env=env)
-    tap(r.returncode == 0 and r.stdout.strip() == 'libc.so.6',
-        "the job's own LD_PRELOAD is kept, after the shim", r.stdout + r.stderr)
+    for level, code, opts, env, want, name in TAG_CASES:
+        r = job(level, code, *opts, env=env)
+        tap(r.returncode == 0 and r.stdout.split() == want.split(), name, r.stdout + r.stderr)
 
 
 def test_refusals():
