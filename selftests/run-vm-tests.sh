@@ -187,8 +187,16 @@ if [ "$kernel" != debug ]; then
 	fi
 	run "$deploy_s" /usr/bin/python3 selftests/p3_deploy.py "${deploy[@]}" --prefix "$kernel: "
 	# Unmodified jobs in a band: p3ctl run's process trees, a pod, a job's
-	# own tags, iperf3 beside bulk both ways, doctor naming a job.
-	run 150 /usr/bin/python3 selftests/p3_run.py --prefix "$kernel: "
+	# own tags; and (user space: once) iperf3 beside bulk both ways and
+	# the doctor naming a job.
+	jobs=() jobs_s=150
+	if [ $userspace -eq 0 ]; then
+		jobs_s=70
+		for t in iperf3_first bulk_below doctor_names_job; do
+			jobs+=(-x "$t")
+		done
+	fi
+	run "$jobs_s" /usr/bin/python3 selftests/p3_run.py "${jobs[@]}" --prefix "$kernel: "
 	# p3 at the root, under mq and under mqprio of a 4-queue veth.
 	run 20 /usr/bin/python3 selftests/p3_multiqueue.py --prefix "$kernel: "
 fi
