@@ -142,7 +142,7 @@ def main():
                 run.run_ranks('ddp', args.model, args, steps_out,
                               json.dumps({'case': name}), port, wrap=wrap)
             finally:
-                for p in load or ():
+                for p in reversed(load or ()):     # the client first
                     p.kill()
                     p.wait()
             line = run.last_line(steps_out)
@@ -155,7 +155,7 @@ def main():
         try:
             rows.append(iperf3_first(args.rate))
         finally:
-            for p in load:
+            for p in reversed(load):
                 p.kill()
                 p.wait()
     finally:
