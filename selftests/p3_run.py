@@ -149,16 +149,16 @@ def test_own_tags(chk):
         peer.stop()
 
 
-def iperf(port, seconds, level=None, bitrate=None):
+def iperf(port, seconds, level=None, bitrate=None, title=None):
     """iperf3 to the peer from the node, unprivileged, under p3ctl run
     --level @level (None: as it is); a Popen whose stdout is its JSON."""
     cmd = (f"iperf3 -c {PEER4} -p {port} -t {seconds} -J"
-           + (f" -b {bitrate}" if bitrate else ""))
+           + (f" -b {bitrate}" if bitrate else "")).split()
     argv = ["ip", "netns", "exec", HOST] + dep.NOBODY
     if level is not None:
         argv += [P3CTL, "run", "--level", str(level), "--"]
-    return subprocess.Popen(argv + cmd.split(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv + cmd + (["-T", title] if title else []),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def mbit(proc):
@@ -216,29 +216,40 @@ def test_bulk_below(chk):
 
 def test_doctor_names_job(chk):
     """An untagged bulk sender on the node: doctor names its process and
-    the p3ctl run command; restarted under that command, it is gone."""
+    the p3ctl run command, its arguments quoted for the shell (a title
+    with a space and a quote); restarted under that command, it is
+    gone."""
     dep.routed()
     dep.p3_defaults()
     peer = Peer()
+    title = "it's a job"
     try:
         for run_level in (None, 0):
-            bulk = iperf(5201, 8, run_level, bitrate="40M")
+            before, _ = dep.counters()
+            bulk = iperf(5201, 8, run_level, bitrate="40M", title=title)
             time.sleep(2)
             rc, rep = dep.doctor(["h0", "--sample", "2"])
             mbit(bulk)
+            after, _ = dep.counters()
+            band0 = p3lib.diff_bands(after, before).get(0, {}).get("bytes", 0)
+            ids = [p["id"] for p in rep.get("problems", [])]
             jobs = [p for p in rep.get("problems", []) if p["id"] == "untagged-job"]
+            chk.note(f"--level {run_level}: exit {rc}, problems {ids}, band 0 +{band0} B")
             for p in jobs:
                 chk.note(f"{p['text']} | fix: {'; '.join(p['fix'])}")
+            chk.expect("check-failed" not in ids, "a doctor check failed")
             if run_level is None:
                 # ip netns exec, setpriv and p3ctl run each exec the next.
-                chk.expect(rc == 1 and jobs and f"process {bulk.pid} " in jobs[0]["text"]
-                           and "iperf3 -c" in jobs[0]["text"],
+                chk.expect(rc == 1 and jobs and f"process {bulk.pid} " in jobs[0]["text"],
                            "doctor did not name the untagged iperf3")
-                chk.expect(jobs and jobs[0]["fix"][0].startswith(
-                    f"p3ctl run --level 0 -- iperf3 -c {PEER4}"),
-                    "the fix is not `p3ctl run --level 0 -- iperf3 ...`")
+                fix = shlex.split(jobs[0]["fix"][0].split("   #")[0]) if jobs else []
+                chk.expect(fix[:5] == ["p3ctl", "run", "--level", "0", "--"]
+                           and fix[5:8] == ["iperf3", "-c", PEER4] and fix[-2:] == ["-T", title],
+                           f"the fix is not p3ctl run --level 0 -- iperf3 ... -T {title!r}: {fix}")
             else:
-                chk.expect(not jobs, "doctor named a job that runs under p3ctl run")
+                chk.expect(not jobs and band0 > 1 << 20,
+                           "doctor named a job that runs under p3ctl run, or band 0 "
+                           "did not carry it")
     finally:
         peer.stop()
 

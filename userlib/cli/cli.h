@@ -42,9 +42,10 @@ struct sender_sample;
 /* A process and what its untagged connections sent between two samples. */
 struct untagged_job {
 	int		pid;
+	unsigned int	uid;		/* (unsigned int)-1 if unknown */
 	int		conns;
 	uint64_t	bytes;
-	char		cmdline[240];	/* quoted for a shell, maybe cut short */
+	char		cmdline[240];	/* quoted for a shell; "" if gone or too long */
 };
 
 /* The connections of this network namespace whose source address is on
@@ -53,8 +54,9 @@ int senders_sample(const char *dev, unsigned int bands, struct sender_sample **o
 void senders_free(struct sender_sample *s);
 
 /* Up to max processes holding after's connections that sent min_bytes or
- * more since before, the most first; their number, or -errno. */
-int senders_jobs(const struct sender_sample *before, const struct sender_sample *after,
+ * more since before, the most first; their number, or -errno.  Each
+ * connection is counted for one process (after is marked). */
+int senders_jobs(const struct sender_sample *before, struct sender_sample *after,
 		 uint64_t min_bytes, struct untagged_job *jobs, int max);
 
 /* p3ctl run (argv[0] is "run"): exec the job with the tagging shim

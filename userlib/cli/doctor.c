@@ -761,12 +761,14 @@ static uint64_t growth(uint64_t before, uint64_t after)
 }
 
 /* The processes whose connections sent untagged in the sample, each with
- * the command that would run it in a band. */
+ * the command that would run it in a band: first or last, as the
+ * operator knows the job (the doctor cannot tell training from a backup). */
 static void judge_jobs(struct doctor *d, const struct sender_sample *before, double dt)
 {
 	const struct p3_qdisc_opts *o = &d->now.p3.opts;
-	struct untagged_job jobs[MAX_NAMED];
+	struct untagged_job jobs[MAX_NAMED], *j;
 	struct sender_sample *after;
+	unsigned int last = o->bands - 1u;
 	struct finding *f;
 	int n, i, err;
 
@@ -778,15 +780,23 @@ static void judge_jobs(struct doctor *d, const struct sender_sample *before, dou
 		return;
 	}
 	for (i = 0; i < n; i++) {
-		f = report(d, PROBLEM, "untagged-job", "process %d sent %.1f MB untagged in %.1f s "
-			   "on %d TCP connection%s through %s, all to the default band %u: %s",
-			   jobs[i].pid, (double)jobs[i].bytes / 1e6, dt, jobs[i].conns,
-			   jobs[i].conns == 1 ? "" : "s", d->dev, o->defband, jobs[i].cmdline);
-		fix(f, "p3ctl run --level 0 -- %s   # restart it in the most urgent band",
-		    jobs[i].cmdline);
-		if (o->defband + 1 < o->bands)
-			fix(f, "p3ctl run --level %u -- %s   # or below untagged traffic, if it "
-			       "should wait", o->bands - 1, jobs[i].cmdline);
+		j = &jobs[i];
+		f = report(d, PROBLEM, "untagged-job", "process %d (uid %d) sent %.1f MB untagged in "
+			   "%.1f s on %d TCP connection%s through %s, all to the default band %u: %s",
+			   j->pid, (int)j->uid, (double)j->bytes / 1e6, dt, j->conns,
+			   j->conns == 1 ? "" : "s", d->dev, o->defband,
+			   *j->cmdline ? j->cmdline : "(its command line is gone or too long to show)");
+		if (!*j->cmdline)
+			continue;
+		/* Under the same user: the fix must not hand root someone's job. */
+		fix(f, "p3ctl run --level 0 -- %s   # as uid %d, if it must come first",
+		    j->cmdline, (int)j->uid);
+		if (o->defband < last)
+			fix(f, "p3ctl run --level %u -- %s   # or so, if it should wait", last,
+			    j->cmdline);
+		else
+			fix(f, "p3ctl change %s%s default %u; p3ctl run --level %u -- %s   # or so, "
+			       "if it should wait", d->dev, d->where, last - 1, last, j->cmdline);
 	}
 }
 

@@ -86,59 +86,80 @@ static const char *which(const char *cmd, char *buf, size_t len)
 
 	if (strchr(cmd, '/'))
 		return cmd;
-	for (p = p ? p : "/usr/local/bin:/usr/bin:/bin"; *p; p = *colon ? colon + 1 : colon) {
+	/* An empty element, a trailing one too, is the current directory. */
+	for (p = p ? p : "/usr/local/bin:/usr/bin:/bin";; p = colon + 1) {
 		colon = strchrnul(p, ':');
 		dl = (size_t)(colon - p);
 		if ((int)snprintf(buf, len, "%.*s%s%s", (int)dl, p, dl ? "/" : "./", cmd) < (int)len &&
 		    !access(buf, X_OK))
 			return buf;
+		if (!*colon)
+			return NULL;
 	}
-	return NULL;
 }
 
-/* 1 if path is an ELF executable with no program interpreter: the
- * dynamic loader, which does the preloading, never runs for it. */
-static int is_static_elf(const char *path)
+/* Whether the loader that would preload the shim runs for path, and if
+ * not, why: an ELF with no program interpreter (static), one of another
+ * class (a 32-bit program cannot load the 64-bit shim), or a Go program
+ * (a "Go" ELF note: Go makes its own system calls, cgo or not). */
+static const char *unreachable_elf(const char *path)
 {
 	Elf64_Ehdr eh;
 	Elf64_Phdr ph;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), i, interp = 0;
+	char note[512];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), i, interp = 0, go = 0;
+	ssize_t n;
 
 	if (fd < 0)
-		return 0;
-	if (pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-	    eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(ph)) {
+		return NULL;
+	if (pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG)) {
 		close(fd);
-		return 0;
+		return NULL;		/* a script: its interpreter is looked at by the loader */
 	}
-	for (i = 0; i < eh.e_phnum && !interp; i++) {
+	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(ph)) {
+		close(fd);
+		return "a 32-bit program, which cannot load the 64-bit shim";
+	}
+	for (i = 0; i < eh.e_phnum; i++) {
 		if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof(ph))) !=
 		    sizeof(ph))
 			break;
-		interp = ph.p_type == PT_INTERP;
+		interp |= ph.p_type == PT_INTERP;
+		if (ph.p_type != PT_NOTE || go)
+			continue;
+		/* Go's build-ID note: namesz 4, "Go\0\0" after the 12-byte header. */
+		n = pread(fd, note, sizeof(note), (off_t)ph.p_offset);
+		for (ssize_t k = 0; k + 16 <= n && k + 16 <= (ssize_t)ph.p_filesz; k += 4)
+			if (!memcmp(note + k, "\4\0\0\0", 4) && !memcmp(note + k + 12, "Go\0\0", 4))
+				go = 1;
 	}
 	close(fd);
-	return i == eh.e_phnum && !interp;
+	if (i < eh.e_phnum)
+		return NULL;
+	if (go)
+		return "a Go program, which makes its own system calls";
+	return interp ? NULL : "statically linked";
 }
 
 static void warn_unreachable(const char *cmd)
 {
 	char buf[PATH_MAX];
-	const char *path = which(cmd, buf, sizeof(buf));
+	const char *path = which(cmd, buf, sizeof(buf)), *why;
 	struct stat st;
 
 	if (!path || stat(path, &st))
 		return;		/* execvp() says why */
-	if (is_static_elf(path))
-		fprintf(stderr, "p3ctl run: warning: %s is statically linked: the sockets it "
-			"opens itself stay untagged (p3ctl(1), LIMITS)\n", path);
-	else if ((st.st_mode & S_ISUID && st.st_uid != geteuid()) ||
-		 (st.st_mode & S_ISGID && st.st_gid != getegid()))
-		fprintf(stderr, "p3ctl run: warning: %s is set-user-ID or set-group-ID: the "
-			"loader ignores LD_PRELOAD for it, and its sockets stay untagged\n", path);
+	why = unreachable_elf(path);
+	if (!why && ((st.st_mode & S_ISUID && st.st_uid != geteuid()) ||
+		     (st.st_mode & S_ISGID && st.st_gid != getegid())))
+		why = "set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it";
+	if (why)
+		fprintf(stderr, "p3ctl run: warning: %s is %s: the sockets it opens itself stay "
+			"untagged (p3ctl(1), RUN)\n", path, why);
 }
 
-/* LD_PRELOAD with the shim first; what was there stays after it. */
+/* The shim after what LD_PRELOAD already names (a sanitizer's runtime
+ * must stay first). */
 static int set_preload(const char *shim)
 {
 	const char *old = getenv("LD_PRELOAD");
@@ -147,7 +168,7 @@ static int set_preload(const char *shim)
 
 	if (!old || !*old)
 		return setenv("LD_PRELOAD", shim, 1) ? -errno : 0;
-	if (asprintf(&v, "%s:%s", shim, old) < 0)
+	if (asprintf(&v, "%s:%s", old, shim) < 0)
 		return -ENOMEM;
 	err = setenv("LD_PRELOAD", v, 1) ? -errno : 0;
 	free(v);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <linux/inet_diag.h>
@@ -32,13 +33,14 @@
 
 #include "cli.h"
 
-#define MAX_ADDRS	32
+#define MAX_ADDRS	256
 #define NL_BUF		32768
 #define DIAG_TIMEOUT_S	5
 
 struct conn {
 	uint64_t	inode;
 	uint64_t	acked;		/* tcpi_bytes_acked */
+	int		claimed;	/* counted for a process already */
 };
 
 struct sender_sample {
@@ -46,13 +48,15 @@ struct sender_sample {
 	struct conn	*c;
 };
 
-struct dev_addrs {
+/* Every address of this namespace's interfaces, and whether it is dev's. */
+struct local_addrs {
 	int		n;
 	int		family[MAX_ADDRS];
+	int		on_dev[MAX_ADDRS];
 	uint8_t		addr[MAX_ADDRS][16];
 };
 
-static int dev_addrs_read(const char *dev, struct dev_addrs *a)
+static int local_addrs_read(const char *dev, struct local_addrs *a)
 {
 	struct ifaddrs *ifa, *i;
 
@@ -60,7 +64,7 @@ static int dev_addrs_read(const char *dev, struct dev_addrs *a)
 	if (getifaddrs(&ifa))
 		return -errno;
 	for (i = ifa; i && a->n < MAX_ADDRS; i = i->ifa_next) {
-		if (!i->ifa_addr || strcmp(i->ifa_name, dev))
+		if (!i->ifa_addr)
 			continue;
 		if (i->ifa_addr->sa_family == AF_INET)
 			memcpy(a->addr[a->n], &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
@@ -68,28 +72,49 @@ static int dev_addrs_read(const char *dev, struct dev_addrs *a)
 			memcpy(a->addr[a->n], &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
 		else
 			continue;
+		a->on_dev[a->n] = !strcmp(i->ifa_name, dev);
 		a->family[a->n++] = i->ifa_addr->sa_family;
 	}
 	freeifaddrs(ifa);
 	return 0;
 }
 
-/* A v4-mapped IPv6 source is its IPv4 address. */
-static int on_dev(const struct dev_addrs *a, const struct inet_diag_msg *m, int *v4)
+/* An address as its family and bytes; a v4-mapped IPv6 one is IPv4. */
+static const uint8_t *unmap(const __be32 *addr, int *fam)
 {
-	const uint8_t *src = (const uint8_t *)m->id.idiag_src;
 	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-	int i, fam = m->idiag_family;
+	const uint8_t *b = (const uint8_t *)addr;
 
-	if (fam == AF_INET6 && !memcmp(src, mapped, sizeof(mapped))) {
-		fam = AF_INET;
-		src += 12;
+	if (*fam == AF_INET6 && !memcmp(b, mapped, sizeof(mapped))) {
+		*fam = AF_INET;
+		b += 12;
 	}
-	*v4 = fam == AF_INET;
+	return b;
+}
+
+/* -1: not local; else whether the local address is dev's. */
+static int local(const struct local_addrs *a, int fam, const uint8_t *b)
+{
+	static const uint8_t lo6[16] = { [15] = 1 };
+	int i;
+
+	if ((fam == AF_INET && b[0] == 127) || (fam == AF_INET6 && !memcmp(b, lo6, 16)))
+		return 0;
 	for (i = 0; i < a->n; i++)
-		if (a->family[i] == fam && !memcmp(a->addr[i], src, fam == AF_INET ? 4 : 16))
-			return 1;
-	return 0;
+		if (a->family[i] == fam && !memcmp(a->addr[i], b, fam == AF_INET ? 4 : 16))
+			return a->on_dev[i];
+	return -1;
+}
+
+/* From one of dev's addresses to a host that is not this one: a
+ * connection to a local address goes over lo, whatever its source. */
+static int through_dev(const struct local_addrs *a, const struct inet_diag_msg *m, int *v4)
+{
+	int sfam = m->idiag_family, dfam = m->idiag_family;
+	const uint8_t *src = unmap(m->id.idiag_src, &sfam), *dst = unmap(m->id.idiag_dst, &dfam);
+
+	*v4 = sfam == AF_INET;
+	return local(a, sfam, src) == 1 && local(a, dfam, dst) < 0;
 }
 
 static int sample_add(struct sender_sample *s, uint64_t inode, uint64_t acked)
@@ -108,33 +133,38 @@ static int sample_add(struct sender_sample *s, uint64_t inode, uint64_t acked)
 }
 
 /* One reply message: keep the connection if it is untagged and on dev. */
-static int take(struct sender_sample *s, const struct dev_addrs *a, unsigned int bands,
+static int take(struct sender_sample *s, const struct local_addrs *a, unsigned int bands,
 		const struct nlmsghdr *h)
 {
 	const struct inet_diag_msg *m = NLMSG_DATA(h);
 	int len = (int)h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)), v4, tos = -1, tclass = -1;
-	const struct tcp_info *ti = NULL;
 	const struct rtattr *rta;
+	uint64_t acked = 0;
 	unsigned int tag;
+	int have_info = 0;
 
-	if (len < 0 || !m->idiag_inode || !on_dev(a, m, &v4))
+	if (len < 0 || !m->idiag_inode || !through_dev(a, m, &v4))
 		return 0;
 	for (rta = (const struct rtattr *)(m + 1); RTA_OK(rta, len); rta = RTA_NEXT(rta, len)) {
+		/* The attribute is 4-byte aligned: copy the u64 out. */
 		if (rta->rta_type == INET_DIAG_INFO &&
-		    RTA_PAYLOAD(rta) >= (int)offsetof(struct tcp_info, tcpi_bytes_received))
-			ti = RTA_DATA(rta);
+		    RTA_PAYLOAD(rta) >= (int)offsetof(struct tcp_info, tcpi_bytes_received)) {
+			memcpy(&acked, (const char *)RTA_DATA(rta) +
+			       offsetof(struct tcp_info, tcpi_bytes_acked), sizeof(acked));
+			have_info = 1;
+		}
 		else if (rta->rta_type == INET_DIAG_TOS && RTA_PAYLOAD(rta) >= 1)
 			tos = *(const uint8_t *)RTA_DATA(rta);
 		else if (rta->rta_type == INET_DIAG_TCLASS && RTA_PAYLOAD(rta) >= 1)
 			tclass = *(const uint8_t *)RTA_DATA(rta);
 	}
 	tag = (unsigned int)((v4 ? tos : tclass) < 0 ? 0 : (v4 ? tos : tclass)) >> 2;
-	if (!ti || (tag >= 1 && tag <= bands))
+	if (!have_info || (tag >= 1 && tag <= bands))
 		return 0;
-	return sample_add(s, m->idiag_inode, ti->tcpi_bytes_acked);
+	return sample_add(s, m->idiag_inode, acked);
 }
 
-static int dump_family(int fd, int family, struct sender_sample *s, const struct dev_addrs *a,
+static int dump_family(int fd, int family, struct sender_sample *s, const struct local_addrs *a,
 		       unsigned int bands)
 {
 	struct {
@@ -159,7 +189,7 @@ static int dump_family(int fd, int family, struct sender_sample *s, const struct
 		n = recv(fd, buf, sizeof(buf), 0);
 		if (n < 0)
 			return -errno;
-		for (h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+		for (h = (struct nlmsghdr *)buf; NLMSG_OK(h, (int)n); h = NLMSG_NEXT(h, n)) {
 			if (h->nlmsg_type == NLMSG_DONE)
 				return 0;
 			if (h->nlmsg_type == NLMSG_ERROR)
@@ -176,13 +206,13 @@ int senders_sample(const char *dev, unsigned int bands, struct sender_sample **o
 {
 	struct timeval tv = { .tv_sec = DIAG_TIMEOUT_S };
 	struct sender_sample *s = calloc(1, sizeof(*s));
-	struct dev_addrs a;
+	struct local_addrs a;
 	int fd, err;
 
 	*out = NULL;
 	if (!s)
 		return -ENOMEM;
-	err = dev_addrs_read(dev, &a);
+	err = local_addrs_read(dev, &a);
 	fd = err ? -1 : socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (!err && fd < 0)
 		err = -errno;
@@ -208,7 +238,7 @@ void senders_free(struct sender_sample *s)
 	free(s);
 }
 
-static const struct conn *find_conn(const struct sender_sample *s, uint64_t inode)
+static struct conn *find_conn(const struct sender_sample *s, uint64_t inode)
 {
 	int i;
 
@@ -218,29 +248,59 @@ static const struct conn *find_conn(const struct sender_sample *s, uint64_t inod
 	return NULL;
 }
 
-/* argv as a shell would need it typed, into buf. */
+/* Append c to buf (len bytes, used so far); 0 when it did not fit. */
+static int put(char *buf, size_t len, size_t *used, const char *c)
+{
+	size_t n = strlen(c);
+
+	if (*used + n >= len)
+		return 0;
+	memcpy(buf + *used, c, n + 1);
+	*used += n;
+	return 1;
+}
+
+/* argv as a shell needs it typed: an argument with anything but safe
+ * characters in single quotes, each ' in it as '\''.  Empty when the
+ * process is gone or its command line does not fit whole: a command cut
+ * short is no command to paste. */
 static void read_cmdline(int pid, char *buf, size_t len)
 {
-	char path[64], raw[1024], *arg;
+	static const char safe[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+				   "0123456789_./:=,@%+-";
+	char path[64], raw[1024], *arg, one[2] = "";
 	size_t used = 0;
 	ssize_t n;
-	int fd, quote;
+	int fd, ok = 1, quote;
 
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	n = fd < 0 ? -1 : read(fd, raw, sizeof(raw) - 1);
+	n = fd < 0 ? -1 : read(fd, raw, sizeof(raw));
 	if (fd >= 0)
 		close(fd);
 	buf[0] = '\0';
-	if (n <= 0)
+	if (n <= 0 || n == (ssize_t)sizeof(raw) || raw[n - 1])
 		return;
-	raw[n] = '\0';
-	for (arg = raw; arg < raw + n && used + 1 < len; arg += strlen(arg) + 1) {
-		quote = !*arg || arg[strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-					    "0123456789_./:=,@%+-")];
-		used += (size_t)snprintf(buf + used, len - used, "%s%s%s%s", used ? " " : "",
-					 quote ? "'" : "", arg, quote ? "'" : "");
+	for (arg = raw; ok && arg < raw + n; arg += strlen(arg) + 1) {
+		quote = !*arg || arg[strspn(arg, safe)];
+		ok = (!used || put(buf, len, &used, " ")) && (!quote || put(buf, len, &used, "'"));
+		for (const char *c = arg; ok && *c; c++) {
+			one[0] = *c;
+			ok = put(buf, len, &used, *c == '\'' ? "'\\''" : one);
+		}
+		ok = ok && (!quote || put(buf, len, &used, "'"));
 	}
+	if (!ok)
+		buf[0] = '\0';
+}
+
+static uid_t owner(int pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	return stat(path, &st) ? (uid_t)-1 : st.st_uid;
 }
 
 static struct untagged_job *job_of(struct untagged_job *jobs, int *njobs, int max, int pid)
@@ -257,11 +317,12 @@ static struct untagged_job *job_of(struct untagged_job *jobs, int *njobs, int ma
 }
 
 /* One process's descriptors: the sample's connections it holds. */
-static void scan_fds(int pid, const struct sender_sample *a, const struct sender_sample *b,
+static void scan_fds(int pid, const struct sender_sample *a, struct sender_sample *b,
 		     struct untagged_job *jobs, int *njobs, int max)
 {
 	char dir[64], path[320], link[64];
-	const struct conn *ca, *cb;
+	const struct conn *ca;
+	struct conn *cb;
 	struct untagged_job *j;
 	unsigned long long ino;
 	struct dirent *e;
@@ -278,8 +339,12 @@ static void scan_fds(int pid, const struct sender_sample *a, const struct sender
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
-		if (sscanf(link, "socket:[%llu]", &ino) != 1 || !(cb = find_conn(b, ino)))
+		/* A connection held by several processes (dup, fork) is
+		 * counted once, for the first that holds it. */
+		if (sscanf(link, "socket:[%llu]", &ino) != 1 || !(cb = find_conn(b, ino)) ||
+		    cb->claimed)
 			continue;
+		cb->claimed = 1;
 		ca = find_conn(a, ino);
 		j = job_of(jobs, njobs, max, pid);
 		if (!j)
@@ -297,7 +362,7 @@ static int cmp_bytes(const void *x, const void *y)
 	return a->bytes < b->bytes ? 1 : a->bytes > b->bytes ? -1 : a->pid - b->pid;
 }
 
-int senders_jobs(const struct sender_sample *before, const struct sender_sample *after,
+int senders_jobs(const struct sender_sample *before, struct sender_sample *after,
 		 uint64_t min_bytes, struct untagged_job *jobs, int max)
 {
 	struct untagged_job all[256];
@@ -325,6 +390,7 @@ int senders_jobs(const struct sender_sample *before, const struct sender_sample 
 		if (all[i].bytes < min_bytes)
 			break;
 		jobs[k] = all[i];
+		jobs[k].uid = owner(jobs[k].pid);
 		read_cmdline(jobs[k].pid, jobs[k].cmdline, sizeof(jobs[k].cmdline));
 		k++;
 	}
