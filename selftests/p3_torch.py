@@ -179,8 +179,10 @@ def bursts(tap):
             "sink", shell=True)
         time.sleep(2)
         # timeout exits 124 after its TERM, which the sender answers
-        # with its count.
-        out = p3lib.sh(f"env {env} timeout -s TERM 8 /usr/bin/python3 {tool}"
+        # with its count; a sender that does not end 10 s later is
+        # killed, so that no socket of it keeps the namespace and its p3
+        # (sch_p3 in use) for the suites after this one.
+        out = p3lib.sh(f"env {env} timeout -k 10 -s TERM 8 /usr/bin/python3 {tool}"
                        f" bursts {p3lib.RADDR} --pkts {pkts} --every 0.5 "
                        "--level 0 --seed 1", ns=p3lib.SND, check=False).split()
         b = p3lib.class_stats()
