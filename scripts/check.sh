@@ -142,8 +142,9 @@ second=$!
 # this one the stock kernels', then what is left, the shortest first, so
 # that the lanes end within a short job of each other. With the debug
 # kernel cached (CI's machine), the rehearsal at 6f4cfa7: host suites 16
-# min, debug VM suites 22, fuzzer/faults/tdc/parents 19, churn 6; 6.12
-# 38, 6.1 15 (docs/reliability.md).
+# min, debug VM suites 18 (less libp3's integration since), fuzzer,
+# faults, tdc and parents 17, churn 7; 6.12 34, 6.1 14
+# (docs/reliability.md).
 lane "vm-${kernels[-1]}" "${others[@]}" debug-churn debug-fuzz-faults-tdc-parents debug-vm
 
 wait "$second"
