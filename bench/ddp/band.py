@@ -30,7 +30,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), 'selftests'))
 
+import p3lib  # noqa: E402
 import run  # noqa: E402
 
 P3CTL = os.path.join(run.TOP, 'build', 'bin', 'p3ctl')
@@ -60,17 +62,9 @@ def shape(kind, mbit):
                    'p3', 'rate', kbit, *kind.split())
 
 
-def p3_band_bytes(ns='p3ddp0'):
-    out = subprocess.run(['tc', '-n', ns, '-s', 'class', 'show', 'dev', 'eth0'],
-                         capture_output=True, text=True).stdout
-    bands, cls = {}, None
-    for line in out.split('\n'):
-        w = line.split()
-        if w[:2] == ['class', 'p3']:
-            cls = int(w[2].split(':')[1], 16) - 1
-        elif w[:1] == ['Sent'] and cls is not None:
-            bands[cls] = int(w[1])
-    return bands
+def p3_band_bytes(ns=run.NS[0]):
+    """Host 0's bytes per p3 band (selftests' class_stats)."""
+    return {b: st['bytes'] for b, st in p3lib.class_stats(dev='eth0', ns=ns).items()}
 
 
 CASES = [

@@ -141,7 +141,7 @@ static int take(struct sender_sample *s, const struct local_addrs *a, unsigned i
 	const struct rtattr *rta;
 	uint64_t acked = 0;
 	unsigned int tag;
-	int have_info = 0;
+	int have_info = 0, ds;
 
 	if (len < 0 || !m->idiag_inode || !through_dev(a, m, &v4))
 		return 0;
@@ -152,13 +152,15 @@ static int take(struct sender_sample *s, const struct local_addrs *a, unsigned i
 			memcpy(&acked, (const char *)RTA_DATA(rta) +
 			       offsetof(struct tcp_info, tcpi_bytes_acked), sizeof(acked));
 			have_info = 1;
-		}
-		else if (rta->rta_type == INET_DIAG_TOS && RTA_PAYLOAD(rta) >= 1)
+		} else if (rta->rta_type == INET_DIAG_TOS && RTA_PAYLOAD(rta) >= 1) {
 			tos = *(const uint8_t *)RTA_DATA(rta);
-		else if (rta->rta_type == INET_DIAG_TCLASS && RTA_PAYLOAD(rta) >= 1)
+		} else if (rta->rta_type == INET_DIAG_TCLASS && RTA_PAYLOAD(rta) >= 1) {
 			tclass = *(const uint8_t *)RTA_DATA(rta);
+		}
 	}
-	tag = (unsigned int)((v4 ? tos : tclass) < 0 ? 0 : (v4 ? tos : tclass)) >> 2;
+	/* The DS field the connection's packets leave with; none is 0. */
+	ds = v4 ? tos : tclass;
+	tag = ds < 0 ? 0 : (unsigned int)ds >> 2;
 	if (!have_info || (tag >= 1 && tag <= bands))
 		return 0;
 	return sample_add(s, m->idiag_inode, acked);
