@@ -110,6 +110,7 @@ struct p3_config {
 	u32	quantum;
 	u32	buckets;	/* flow hash table, a power of two */
 	u32	flows;		/* most flow entries */
+	u8	dscpmap[TC_P3_DSCP_CODES];	/* as given: a band or BUILTIN */
 	u8	bands;
 	u8	default_band;
 	bool	default_set;	/* else default follows bands - 1 */
@@ -142,6 +143,7 @@ struct p3_sched_data {
 	struct p3_config	cfg;
 
 	/* enqueue: classification and flow lookup */
+	u8			dscp_band[TC_P3_DSCP_CODES];	/* P3_UNTAGGED */
 	struct tcf_proto __rcu	*filter_list;
 	struct tcf_block	*block;
 	struct hlist_head	*flow_table;
@@ -229,23 +231,43 @@ static int p3_minor_to_band(const struct p3_sched_data *q, u32 minor)
 	return minor >= 1 && minor <= q->cfg.bands ? minor - 1 : -1;
 }
 
+#define P3_UNTAGGED	0xff
+#define P3_DSCP_LE	1	/* RFC 8622 Lower-Effort */
+#define P3_DSCP_CS1	8	/* RFC 4594 low-priority data */
+
+/*
+ * A code point's band by TC_P3_DSCP_BUILTIN.  libp3 tags level L with the
+ * L-th code point of RFC 2474's local-use pool xxxx11, then of pool xxxx01,
+ * so that no level takes a code point with a standard meaning.
+ */
+static u8 p3_dscp_builtin(u32 dscp, u8 bands)
+{
+	u32 level;
+
+	if (dscp == P3_DSCP_LE || dscp == P3_DSCP_CS1)
+		return bands - 1;
+	if ((dscp & 3) == 3)
+		level = dscp >> 2;
+	else if ((dscp & 3) == 1)
+		level = 15 + (dscp >> 2);
+	else
+		return P3_UNTAGGED;
+	return level < bands ? level : P3_UNTAGGED;
+}
+
 static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
 {
 	u32 tag;
 
-	switch (q->cfg.tag) {
-	case TCA_P3_TAG_DSCP:
-		tag = p3_dscp(skb);
-		break;
-	case TCA_P3_TAG_MARK:
-		tag = skb->mark;
-		break;
-	default:
-		tag = skb->priority;
-		break;
+	if (q->cfg.tag == TCA_P3_TAG_DSCP) {
+		tag = q->dscp_band[p3_dscp(skb)];
+		if (tag != P3_UNTAGGED)
+			return tag;
+	} else {
+		tag = q->cfg.tag == TCA_P3_TAG_MARK ? skb->mark : skb->priority;
+		if (tag >= 1 && tag <= q->cfg.bands)
+			return tag - 1;
 	}
-	if (tag >= 1 && tag <= q->cfg.bands)
-		return tag - 1;
 	q->stats.untagged++;
 	return q->cfg.default_band;
 }
@@ -1317,6 +1339,7 @@ static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 				    .reject_message = "Padding is not an option" },
 	[TCA_P3_BUCKETS]	= { .type = NLA_U32 },
 	[TCA_P3_FLOWS]		= { .type = NLA_U32 },
+	[TCA_P3_DSCPMAP]	= NLA_POLICY_EXACT_LEN(TC_P3_DSCP_CODES),
 };
 
 static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
@@ -1327,7 +1350,29 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 	cfg->limit = TCA_P3_DEFAULT_LIMIT;
 	cfg->buckets = TCA_P3_DEFAULT_BUCKETS;
 	cfg->flows = TCA_P3_DEFAULT_FLOWS;
+	memset(cfg->dscpmap, TC_P3_DSCP_BUILTIN, sizeof(cfg->dscpmap));
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
+}
+
+/* Every band the map names must exist, also after "bands" shrinks. */
+static int p3_dscpmap_parse(struct p3_config *cfg, struct nlattr **tb,
+			    struct netlink_ext_ack *extack)
+{
+	unsigned int i;
+
+	if (tb[TCA_P3_DSCPMAP])
+		memcpy(cfg->dscpmap, nla_data(tb[TCA_P3_DSCPMAP]),
+		       sizeof(cfg->dscpmap));
+	for (i = 0; i < TC_P3_DSCP_CODES; i++) {
+		if (cfg->dscpmap[i] != TC_P3_DSCP_BUILTIN &&
+		    cfg->dscpmap[i] >= cfg->bands) {
+			NL_SET_ERR_MSG_ATTR(extack,
+					    tb[TCA_P3_DSCPMAP] ?: tb[TCA_P3_BANDS],
+					    "DSCP map names a band beyond the number of bands");
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
 static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
@@ -1405,7 +1450,7 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 			return -EINVAL;
 		}
 	}
-	return 0;
+	return p3_dscpmap_parse(cfg, tb, extack);
 }
 
 /* O(flows), once per change of "buckets". */
@@ -1445,6 +1490,17 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 	}
 }
 
+/* The map enqueue reads: the given bands, the built-in rule elsewhere. */
+static void p3_dscp_commit(struct p3_sched_data *q)
+{
+	unsigned int i;
+
+	for (i = 0; i < TC_P3_DSCP_CODES; i++)
+		q->dscp_band[i] = q->cfg.dscpmap[i] != TC_P3_DSCP_BUILTIN ?
+				  q->cfg.dscpmap[i] :
+				  p3_dscp_builtin(i, q->cfg.bands);
+}
+
 /* Under the tree lock: installs @cfg, and @table unless NULL, pushing out
  * packets over a lowered limit into @to_free.  Returns the table replaced.
  */
@@ -1470,6 +1526,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 	}
 	q->cfg = *cfg;
 	sch->limit = cfg->limit;
+	p3_dscp_commit(q);
 
 	/* As overflow does: loss-tolerant first, least urgent band first; the
 	 * peeked packet stays.
@@ -1613,6 +1670,7 @@ static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
 	    nla_put_u32(skb, TCA_P3_QUANTUM, cfg->quantum) ||
 	    nla_put_u32(skb, TCA_P3_BUCKETS, cfg->buckets) ||
 	    nla_put_u32(skb, TCA_P3_FLOWS, cfg->flows) ||
+	    nla_put(skb, TCA_P3_DSCPMAP, sizeof(cfg->dscpmap), cfg->dscpmap) ||
 	    nla_put_u64_64bit(skb, TCA_P3_RATE, cfg->rate, TCA_P3_PAD)) {
 		nla_nest_cancel(skb, opts);
 		return -EMSGSIZE;

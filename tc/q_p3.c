@@ -41,6 +41,7 @@ struct p3_opt {
 	__u32	buckets;
 	__u32	flows;
 	__u64	rate;
+	__u8	dscpmap[TC_P3_DSCP_CODES];
 };
 
 static const char * const p3_tag_names[] = {
@@ -59,7 +60,7 @@ static void p3_explain(void)
 	fprintf(stderr,
 		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
 		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
-		"              [ buckets N ] [ flows N ]\n"
+		"              [ buckets N ] [ flows N ] [ dscpmap { CODE:BAND[,...] | builtin } ]\n"
 		"Defaults: bands " __stringify(TCA_P3_DEFAULT_BANDS) " ("
 		__stringify(TCA_P3_MIN_BANDS) ".." __stringify(TCA_P3_MAX_BANDS) "), "
 		"default bands-1, tag dscp, limit " __stringify(TCA_P3_DEFAULT_LIMIT) ",\n"
@@ -69,7 +70,10 @@ static void p3_explain(void)
 		"          flows " __stringify(TCA_P3_DEFAULT_FLOWS) " ("
 		__stringify(TCA_P3_MIN_FLOWS) "..1048576 flow entries; beyond them a\n"
 		"          packet waits in its band's shared queue).\n"
-		"Tag t in 1..N selects band t-1; 0 or above N selects the default band.\n"
+		"A priority or mark t in 1..N selects band t-1; 0 or above N the default band.\n"
+		"A DSCP code point selects the band dscpmap gives it (CODE: 0..63, le, ef, va,\n"
+		"          csN, afXY); the rest keep the built-in map: libp3's level L band L,\n"
+		"          le and cs1 the last band, any other the default band.\n"
 		"Classes (bands): ... class change ... classid H:K p3 deadline TIME\n"
 		"          drops a packet of band K-1 that waited longer than TIME\n"
 		"          (loss-tolerant band, at most 10s); deadline 0 makes it reliable.\n"
@@ -199,6 +203,61 @@ static const char *p3_parse_rate(struct p3_opt *o, const char *arg,
 	return NULL;
 }
 
+/* A code point by number or by its RFC 4594 / RFC 8622 name; -1 if none. */
+static int p3_get_dscp(const char *arg)
+{
+	unsigned int x, y;
+	char end;
+	__u32 v;
+
+	if (!strcasecmp(arg, "le"))
+		return 1;
+	if (!strcasecmp(arg, "va"))
+		return 44;
+	if (!strcasecmp(arg, "ef"))
+		return 46;
+	if (!strncasecmp(arg, "cs", 2) &&
+	    sscanf(arg + 2, "%1u%c", &x, &end) == 1 && x <= 7)
+		return x << 3;
+	if (!strncasecmp(arg, "af", 2) &&
+	    sscanf(arg + 2, "%1u%1u%c", &x, &y, &end) == 2 &&
+	    x >= 1 && x <= 4 && y >= 1 && y <= 3)
+		return x << 3 | y << 1;
+	if (get_u32(&v, arg, 0) || v >= TC_P3_DSCP_CODES)
+		return -1;
+	return v;
+}
+
+/* Replaces the whole map: code points not named keep the built-in rule. */
+static const char *p3_parse_dscpmap(struct p3_opt *o, const char *arg,
+				    const char *dev)
+{
+	char buf[1024], *pair, *save, *colon;
+	int dscp;
+	__u32 band;
+
+	memset(o->dscpmap, TC_P3_DSCP_BUILTIN, sizeof(o->dscpmap));
+	if (!strcmp(arg, "builtin"))
+		return NULL;
+	if (strlen(arg) >= sizeof(buf))
+		return "too long";
+	strcpy(buf, arg);
+	for (pair = strtok_r(buf, ",", &save); pair;
+	     pair = strtok_r(NULL, ",", &save)) {
+		colon = strchr(pair, ':');
+		if (!colon)
+			return "expected CODE:BAND pairs, such as ef:0,cs6:0";
+		*colon = '\0';
+		dscp = p3_get_dscp(pair);
+		if (dscp < 0)
+			return "expected a code point 0..63 or a name (le, ef, va, csN, afXY)";
+		if (get_u32(&band, colon + 1, 0) || band >= TCA_P3_MAX_BANDS)
+			return "expected a band, 0..bands-1";
+		o->dscpmap[dscp] = band;
+	}
+	return NULL;
+}
+
 static const struct p3_arg {
 	const char	*name;
 	int		type;		/* TCA_P3_* */
@@ -214,6 +273,7 @@ static const struct p3_arg {
 	{ "rate",	TCA_P3_RATE,	p3_parse_rate },
 	{ "buckets",	TCA_P3_BUCKETS,	p3_parse_buckets },
 	{ "flows",	TCA_P3_FLOWS,	p3_parse_flows },
+	{ "dscpmap",	TCA_P3_DSCPMAP,	p3_parse_dscpmap },
 };
 
 static const struct p3_arg *p3_find_arg(const char *name)
@@ -260,6 +320,9 @@ static int p3_put_opt(struct nlmsghdr *n, const struct p3_opt *o)
 		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_BUCKETS, o->buckets);
 	if (p3_has(o, TCA_P3_FLOWS))
 		err |= addattr32(n, P3_NLMSG_MAX, TCA_P3_FLOWS, o->flows);
+	if (p3_has(o, TCA_P3_DSCPMAP))
+		err |= addattr_l(n, P3_NLMSG_MAX, TCA_P3_DSCPMAP, o->dscpmap,
+				 sizeof(o->dscpmap));
 	addattr_nest_end(n, nest);
 	return err ? -1 : 0;
 }
@@ -316,6 +379,21 @@ static void p3_print_tag(__u8 tag)
 	print_string(PRINT_ANY, "tag", "tag %s ", name);
 }
 
+/* The code points not on the built-in rule, as "dscpmap" takes them. */
+static void p3_print_dscpmap(const __u8 *map)
+{
+	char buf[TC_P3_DSCP_CODES * sizeof("63:63,")];
+	size_t len = 0;
+	unsigned int i;
+
+	for (i = 0; i < TC_P3_DSCP_CODES; i++)
+		if (map[i] != TC_P3_DSCP_BUILTIN)
+			len += snprintf(buf + len, sizeof(buf) - len, "%s%u:%u",
+					len ? "," : "", i, map[i]);
+	if (len)
+		print_string(PRINT_ANY, "dscpmap", "dscpmap %s ", buf);
+}
+
 static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
 {
 	struct rtattr *tb[TCA_P3_MAX + 1];
@@ -350,6 +428,8 @@ static int p3_print_opt(struct qdisc_util *qu, FILE *f, struct rtattr *opt)
 	if (p3_attr_ok(tb, TCA_P3_FLOWS, sizeof(__u32)))
 		print_uint(PRINT_ANY, "flows", "flows %u ",
 			   rta_getattr_u32(tb[TCA_P3_FLOWS]));
+	if (p3_attr_ok(tb, TCA_P3_DSCPMAP, TC_P3_DSCP_CODES))
+		p3_print_dscpmap(RTA_DATA(tb[TCA_P3_DSCPMAP]));
 	return 0;
 }
 

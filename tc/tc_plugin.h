@@ -49,6 +49,8 @@ int get_percent_rate64(__u64 *rate, const char *str, const char *dev);
 int addattr8(struct nlmsghdr *n, int maxlen, int type, __u8 data);
 int addattr32(struct nlmsghdr *n, int maxlen, int type, __u32 data);
 int addattr64(struct nlmsghdr *n, int maxlen, int type, __u64 data);
+int addattr_l(struct nlmsghdr *n, int maxlen, int type, const void *data,
+	      int alen);
 struct rtattr *addattr_nest(struct nlmsghdr *n, int maxlen, int type);
 int addattr_nest_end(struct nlmsghdr *n, struct rtattr *nest);
 int parse_rtattr_flags(struct rtattr *tb[], int max, struct rtattr *rta,

@@ -218,6 +218,10 @@ rejects "flows -1"			'^p3: invalid flows "-1"' flows -1
 rejects "rate fast"			'^p3: invalid rate "fast"' rate fast
 rejects "rate -10mbit"			'^p3: invalid rate "-10mbit"' rate -10mbit
 rejects "unknown option"		'^p3: unknown option "bandz"$' bandz 4
+rejects "dscpmap without a colon"	'^p3: invalid dscpmap "46": expected CODE:BAND pairs' dscpmap 46
+rejects "dscpmap code point 64"		'^p3: invalid dscpmap "64:0": expected a code point 0\.\.63' dscpmap 64:0
+rejects "dscpmap unknown name"		'^p3: invalid dscpmap "af44:0": expected a code point' dscpmap af44:0
+rejects "dscpmap band 64"		'^p3: invalid dscpmap "ef:64": expected a band' dscpmap ef:64
 rejects "option without a value"	'^p3: "limit" needs a value$' bands 4 limit
 
 # --- accepted options reach the kernel, encoded as the ABI says ------------
@@ -252,6 +256,9 @@ accepts "flows 1 is the lower edge" "flows 1 " flows 1
 accepts "flows 1048576 is the upper edge" "flows 1048576 " flows 1048576
 accepts "flows in hex, as tc's other counts" "flows 4096 " flows 0x1000
 accepts "the last of a repeated option wins" "bands 16 " bands 8 bands 16
+accepts "dscpmap by names and numbers, shown as numbers" \
+	"dscpmap 1:7,10:2,46:0,48:0,56:0 " dscpmap ef:0,cs6:0,CS7:0,le:7,af11:2
+accepts "dscpmap builtin sends the map with no band named" "" dscpmap builtin
 
 echo "# the kernel took $ntaken of $nsent requests (none without sch_p3)"
 

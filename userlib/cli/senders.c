@@ -4,7 +4,7 @@
  * which names them and the p3ctl run command that would tag them.
  *
  * A sample is the TCP connections of this network namespace whose source
- * address is one of the device's and whose DSCP is no band's tag, each
+ * address is one of the device's and whose DSCP is no band's level, each
  * with the bytes it has had acknowledged (sock_diag: tcp_info and the
  * TOS or traffic class).  Two samples a few seconds apart give each
  * connection's bytes in between; /proc/PID/fd gives the connections'
@@ -32,10 +32,13 @@
 #include <linux/tcp.h>
 
 #include "cli.h"
+#include "p3.h"
 
 #define MAX_ADDRS	256
 #define NL_BUF		32768
 #define DIAG_TIMEOUT_S	5
+#define DSCP_LE		1	/* RFC 8622 Lower-Effort */
+#define DSCP_CS1	8	/* RFC 4594 low-priority data */
 
 struct conn {
 	uint64_t	inode;
@@ -140,8 +143,8 @@ static int take(struct sender_sample *s, const struct local_addrs *a, unsigned i
 	int len = (int)h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)), v4, tos = -1, tclass = -1;
 	const struct rtattr *rta;
 	uint64_t acked = 0;
-	unsigned int tag;
-	int have_info = 0, ds;
+	unsigned int dscp;
+	int have_info = 0, ds, level;
 
 	if (len < 0 || !m->idiag_inode || !through_dev(a, m, &v4))
 		return 0;
@@ -160,8 +163,11 @@ static int take(struct sender_sample *s, const struct local_addrs *a, unsigned i
 	}
 	/* The DS field the connection's packets leave with; none is 0. */
 	ds = v4 ? tos : tclass;
-	tag = ds < 0 ? 0 : (unsigned int)ds >> 2;
-	if (!have_info || (tag >= 1 && tag <= bands))
+	dscp = ds < 0 ? 0 : (unsigned int)ds >> 2;
+	level = p3_dscp_level(dscp);
+	/* A level's band, or below untagged traffic by the built-in map */
+	if (!have_info || (level >= 0 && (unsigned int)level < bands) ||
+	    dscp == DSCP_LE || dscp == DSCP_CS1)
 		return 0;
 	return sample_add(s, m->idiag_inode, acked);
 }

@@ -46,7 +46,7 @@ enum p3_error {
 	P3_EINCOMPLETE,		/* peer closed all bands with tensors incomplete */
 	P3_ENEEDCAP_PRIO,	/* SO_PRIORITY > 6 needs CAP_NET_ADMIN */
 	P3_ENEEDCAP_MARK,	/* SO_MARK needs CAP_NET_ADMIN */
-	P3_EDSCPRANGE,		/* level > 62 does not fit in DSCP */
+	P3_EDSCPRANGE,		/* level > 30 has no DSCP code point */
 	P3_ETAGVERIFY,		/* getsockopt read back another tag */
 	P3_ENOTP3,		/* the qdisc found there is not p3 */
 	P3_ENLPARSE,		/* malformed netlink reply */
@@ -74,12 +74,13 @@ uint64_t p3_now_ns(void);
 /* --------------------------------------------------------------- tagging */
 
 /*
- * How a socket carries its level to the qdisc.  Level L is written as tag
- * L + 1; tag 0 means "untagged" (the qdisc's default band).
+ * How a socket carries its level to the qdisc.  By SO_PRIORITY or SO_MARK
+ * level L is written as tag L + 1, tag 0 meaning "untagged" (the qdisc's
+ * default band); by DSCP as the code point p3_level_dscp(L).
  */
 enum p3_tag_method {
 	P3_METHOD_DEFAULT,	/* the process-wide method, see p3_tag_config */
-	P3_METHOD_DSCP,		/* IP_TOS / IPV6_TCLASS; unprivileged, L <= 62 */
+	P3_METHOD_DSCP,		/* IP_TOS / IPV6_TCLASS; unprivileged, L <= 30 */
 	P3_METHOD_PRIORITY,	/* SO_PRIORITY; L >= 6 needs CAP_NET_ADMIN */
 	P3_METHOD_MARK,		/* SO_MARK; always needs CAP_NET_ADMIN */
 };
@@ -113,6 +114,16 @@ int p3_tag_ex(int fd, unsigned int level, int method, int notsent_lowat);
 
 /* Level currently tagged on fd with method, -ENOENT if untagged. */
 int p3_tag_get(int fd, int method);
+
+/*
+ * The DSCP code point of level (0..30): the level-th of RFC 2474's
+ * local-use pool xxxx11 (3, 7, ..., 63), then of pool xxxx01 without
+ * Lower-Effort (5, 9, ..., 61), so no level takes a code point with a
+ * standard meaning; -P3_EDSCPRANGE above 30.  p3_dscp_level() is its
+ * inverse, -ENOENT for any other code point (untagged).
+ */
+int p3_level_dscp(unsigned int level);
+int p3_dscp_level(unsigned int dscp);
 
 /* --------------------------------------------------------------- planner */
 

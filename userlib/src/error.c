@@ -29,7 +29,7 @@ static const char *const p3_errmsg[__P3_EMAX - P3_ERRBASE] = {
 		"SO_MARK needs CAP_NET_ADMIN (or CAP_NET_RAW on newer kernels); "
 		"use tag method dscp (unprivileged) instead",
 	[P3_EDSCPRANGE - P3_ERRBASE] =
-		"level above 62 cannot be expressed in DSCP (6 bits, tag = level + 1)",
+		"level above 30 has no DSCP code point (see p3_level_dscp); use tag method priority or mark",
 	[P3_ETAGVERIFY - P3_ERRBASE] = "tag read back from the socket differs from the one set",
 	[P3_ENOTP3 - P3_ERRBASE] = "the qdisc at that place is not a p3 qdisc",
 	[P3_ENLPARSE - P3_ERRBASE] = "malformed netlink reply from the kernel",

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 /*
- * Socket tagging.  The qdisc reads a socket's level as tag = level + 1 from
- * one of three places; tag 0 stays free to mean "untagged".
+ * Socket tagging.  The qdisc reads a socket's level from one of three
+ * places: as tag = level + 1 from SO_PRIORITY or SO_MARK (tag 0 stays free
+ * to mean "untagged"), or as a DSCP code point that has no standard
+ * meaning (p3_level_dscp()).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -13,7 +15,8 @@
 
 #include "internal.h"
 
-#define DSCP_MAX_LEVEL	62	/* DSCP has 6 bits and tag 0 is "untagged" */
+#define DSCP_POOL2	16	/* code points xxxx11 */
+#define DSCP_MAX_LEVEL	30	/* then the 15 of xxxx01 without Lower-Effort */
 #define ECN_MASK	0x03
 
 static int p3_global_method;	/* 0 until first resolved */
@@ -133,19 +136,45 @@ static int set_dscp(int fd, int lvl, int name, unsigned int tag)
 	return ((unsigned int)val >> 2 & 0x3f) == tag ? 0 : -P3_ETAGVERIFY;
 }
 
-static int tag_dscp(int fd, unsigned int level)
+/*
+ * Level L is the L-th code point of RFC 2474's pool xxxx11 (experimental
+ * or local use), then of pool xxxx01 without RFC 8622's Lower-Effort
+ * (000001): no level takes a code point RFC 4594 gives a meaning, and the
+ * qdisc's built-in DSCP map reads each back as its level.
+ */
+P3_EXPORT int p3_level_dscp(unsigned int level)
 {
-	int family = sock_family(fd), err;
-
 	if (level > DSCP_MAX_LEVEL)
 		return -P3_EDSCPRANGE;
+	if (level < DSCP_POOL2)
+		return (int)(level << 2 | 3);
+	return (int)((level - DSCP_POOL2 + 1) << 2 | 1);
+}
+
+P3_EXPORT int p3_dscp_level(unsigned int dscp)
+{
+	if (dscp > 63 || dscp == 1)
+		return -ENOENT;
+	if ((dscp & 3) == 3)
+		return (int)(dscp >> 2);
+	if ((dscp & 3) == 1)
+		return (int)(DSCP_POOL2 - 1 + (dscp >> 2));
+	return -ENOENT;
+}
+
+static int tag_dscp(int fd, unsigned int level)
+{
+	int family = sock_family(fd), dscp = p3_level_dscp(level), err;
+
+	if (dscp < 0)
+		return dscp;
 	if (family == AF_INET)
-		return set_dscp(fd, IPPROTO_IP, IP_TOS, level + 1);
+		return set_dscp(fd, IPPROTO_IP, IP_TOS, (unsigned int)dscp);
 	if (family != AF_INET6)
 		return family < 0 ? family : -EAFNOSUPPORT;
-	err = set_dscp(fd, IPPROTO_IPV6, IPV6_TCLASS, level + 1);
+	err = set_dscp(fd, IPPROTO_IPV6, IPV6_TCLASS, (unsigned int)dscp);
 	if (!err && sock_dual_stack(fd))
-		err = set_dscp(fd, IPPROTO_IP, IP_TOS, level + 1);
+		err = set_dscp(fd, IPPROTO_IP, IP_TOS, (unsigned int)dscp);
 	return err;
 }
 
@@ -218,9 +247,10 @@ P3_EXPORT int p3_tag(int fd, unsigned int level)
 	return p3_tag_ex(fd, level, P3_METHOD_DEFAULT, -1);
 }
 
+/* The tag as tag_sockopt() writes it: level + 1, 0 if untagged. */
 static int tag_read(int fd, int method, unsigned int *tag)
 {
-	int family, val, err;
+	int family, val, err, level;
 
 	switch (p3_tag_resolve(method)) {
 	case P3_METHOD_DSCP:
@@ -231,7 +261,8 @@ static int tag_read(int fd, int method, unsigned int *tag)
 			err = sock_getint(fd, IPPROTO_IPV6, IPV6_TCLASS, &val);
 		else
 			return family < 0 ? family : -EAFNOSUPPORT;
-		*tag = val < 0 ? 0 : (unsigned int)val >> 2 & 0x3f;
+		level = p3_dscp_level(val < 0 ? 0 : (unsigned int)val >> 2 & 0x3f);
+		*tag = level < 0 ? 0 : (unsigned int)level + 1;
 		return err;
 	case P3_METHOD_PRIORITY:
 		err = sock_getint(fd, SOL_SOCKET, SO_PRIORITY, &val);

@@ -14,20 +14,21 @@ soname=$(objdump -p "$so" | awk '$1 == "SONAME" { print $2 }')
 [ "$soname" = libp3.so.1 ]
 check $? "SONAME is libp3.so.1 (got '$soname')"
 syms=$(nm -D --defined-only "$so" | awk '{ print $3 }')
-others=$(echo "$syms" | grep -v '^p3_' | grep -v -x -e LIBP3_1 -e LIBP3_1.1 -e LIBP3_1.2 -e LIBP3_1.4)
+others=$(echo "$syms" | grep -v '^p3_' | grep -v -x -e LIBP3_1 -e LIBP3_1.1 -e LIBP3_1.2 -e LIBP3_1.4 -e LIBP3_1.5)
 [ -n "$syms" ] && [ -z "$others" ]
 check $? "exports only p3_* symbols${others:+ (also: $(echo $others))}"
 # 1.1 added p3_dgram_* under LIBP3_1.1, 1.2 p3_chan_opts_init_sized
 # under LIBP3_1.2, 1.4 p3_chan_send_plan_ref and p3_chan_next_batch under
-# LIBP3_1.4; everything
-# else is LIBP3_1's.
+# LIBP3_1.4, 1.5 p3_level_dscp and p3_dscp_level under LIBP3_1.5;
+# everything else is LIBP3_1's.
 unversioned=$(objdump -T "$so" | awk '$NF ~ /^p3_/ {
 	want = $NF ~ /^p3_dgram_/ ? "LIBP3_1.1" : \
 		$NF == "p3_chan_opts_init_sized" ? "LIBP3_1.2" : \
-		$NF ~ /^p3_chan_(send_plan_ref|next_batch)$/ ? "LIBP3_1.4" : "LIBP3_1"
+		$NF ~ /^p3_chan_(send_plan_ref|next_batch)$/ ? "LIBP3_1.4" : \
+		$NF ~ /^p3_(level_dscp|dscp_level)$/ ? "LIBP3_1.5" : "LIBP3_1"
 	if ($(NF - 1) != want) print $NF }')
 [ -z "$unversioned" ]
-check $? "every p3_* symbol is versioned LIBP3_1, p3_dgram_* LIBP3_1.1, p3_chan_opts_init_sized LIBP3_1.2, p3_chan_send_plan_ref and p3_chan_next_batch LIBP3_1.4${unversioned:+ (not: $(echo $unversioned))}"
+check $? "every p3_* symbol is versioned LIBP3_1, p3_dgram_* LIBP3_1.1, p3_chan_opts_init_sized LIBP3_1.2, p3_chan_send_plan_ref and p3_chan_next_batch LIBP3_1.4, p3_level_dscp and p3_dscp_level LIBP3_1.5${unversioned:+ (not: $(echo $unversioned))}"
 got=$(/usr/bin/python3 -c "import ctypes; l = ctypes.CDLL('$so'); \
 l.p3_version.restype = ctypes.c_char_p; print(l.p3_version().decode())")
 [ "$got" = "$want" ]

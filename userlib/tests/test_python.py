@@ -73,7 +73,9 @@ class TagTest(unittest.TestCase):
         with socket.socket() as s:
             p3.tag(s, 5)
             self.assertEqual(p3.tag_get(s), 5)
-            self.assertEqual(s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) >> 2, 6)
+            self.assertEqual(s.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) >> 2, 23)
+            self.assertEqual((p3.level_dscp(5), p3.dscp_level(23)), (23, 5))
+            self.assertIsNone(p3.dscp_level(46))
             self.assertEqual(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT), 16384)
 
     def test_fd_and_lowat(self):

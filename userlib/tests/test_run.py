@@ -83,12 +83,12 @@ OWN_PRELOAD = dict(ENV, LD_PRELOAD='libc.so.6', ASAN_OPTIONS=os.environ.get(
     'ASAN_OPTIONS', '') + ':verify_asan_link_order=0')
 # level, the job, p3ctl run's options, its environment, what it must print
 TAG_CASES = [
-    (3, KINDS, (), ENV, '4 4 4',
-     'level 3: TCP/IPv4 and dual-stack UDP/IPv6 (TCLASS and TOS) carry DSCP 4'),
-    (0, CHILDREN, (), ENV, '1 1', "level 0: the job's children's children are tagged (DSCP 1)"),
-    (2, ACCEPT, (), ENV, '3 3 3',
+    (3, KINDS, (), ENV, '15 15 15',
+     'level 3: TCP/IPv4 and dual-stack UDP/IPv6 (TCLASS and TOS) carry DSCP 15'),
+    (0, CHILDREN, (), ENV, '3 3', "level 0: the job's children's children are tagged (DSCP 3)"),
+    (2, ACCEPT, (), ENV, '11 11 11',
      'a listener, its client and the connection it accepts carry the level'),
-    (1, OWN, (), ENV, '46 6',
+    (1, OWN, (), ENV, '46 23',
      'a socket that sets its own TOS (EF) and one tagged through libp3 keep theirs'),
     (3, PRIORITY, ('--tag', 'priority'), ENV, '4',
      '--tag priority: SO_PRIORITY is the tag, level + 1'),
@@ -109,7 +109,7 @@ def test_refusals():
         cases = [
             ((), 'no --level'),
             (('--level', '64'), 'level 64'),
-            (('--level', '63'), 'level 63 by DSCP (6 bits, tag = level + 1)'),
+            (('--level', '31'), 'level 31 by DSCP (no code point left)'),
             (('--level', '-1'), 'level -1'),
             (('--level', 'x'), 'level x'),
             (('--level', '1', '--tag', 'pigeon'), 'an unknown --tag'),
@@ -161,7 +161,7 @@ def sh(*argv):
 
 def test_wire():
     """In a namespace of its own: iperf3 under p3ctl run, through an htb
-    on lo whose u32 filter sends DSCP 4 to class 1:10 (this host's kernel
+    on lo whose u32 filter sends DSCP 15 (level 3) to class 1:10 (this host's kernel
     has htb, not prio)."""
     if os.geteuid() != 0 or not shutil.which('iperf3'):
         print('ok %d - %siperf3 on the wire # SKIP needs root and iperf3' % (n + 1, PREFIX))
@@ -172,7 +172,7 @@ ip link set lo up
 tc qdisc add dev lo root handle 1: htb default 20 r2q 100000
 tc class add dev lo parent 1: classid 1:10 htb rate 10gbit
 tc class add dev lo parent 1: classid 1:20 htb rate 10gbit
-tc filter add dev lo parent 1: protocol ip u32 match ip dsfield 0x10 0xfc flowid 1:10
+tc filter add dev lo parent 1: protocol ip u32 match ip dsfield 0x3c 0xfc flowid 1:10
 iperf3 -s -1 -B 127.0.0.1 >/dev/null & srv=$!
 sleep 0.5
 "$P3CTL" run --level 3 -- iperf3 -c 127.0.0.1 -n 4M >/dev/null
@@ -192,7 +192,7 @@ tc -s class show dev lo
     # iperf3 may end the test before the last of its socket's bytes left.
     tap(r.returncode == 0 and sent.get('1:10', 0) >= 2 << 20
         and sent.get('1:20', 1 << 30) * 100 < sent.get('1:10', 0),
-        'iperf3 under --level 3: its data leaves with DSCP 4, the ACKs back '
+        'iperf3 under --level 3: its data leaves with DSCP 15, the ACKs back '
         'untagged (class 1:10 %d bytes, 1:20 %d)' % (sent.get('1:10', 0), sent.get('1:20', 0)),
         r.stdout + r.stderr)
 

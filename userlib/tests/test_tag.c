@@ -45,24 +45,61 @@ static int getint(int fd, int lvl, int name)
 	return v;
 }
 
+/* Every code point RFC 4594 and RFC 8622 give a meaning: CS0-CS7, AF11-AF43,
+ * EF, VOICE-ADMIT, Lower-Effort.
+ */
+static int dscp_standard(int dscp)
+{
+	static const int cps[] = { 0, 8, 16, 24, 32, 40, 48, 56, 10, 12, 14, 18, 20, 22,
+				   26, 28, 30, 34, 36, 38, 46, 44, 1 };
+	unsigned int i;
+
+	for (i = 0; i < sizeof(cps) / sizeof(cps[0]); i++)
+		if (cps[i] == dscp)
+			return 1;
+	return 0;
+}
+
+static void test_dscp_codes(void)
+{
+	int lv, cp, seen[64] = { 0 }, good = 1, inverse = 1;
+
+	ok(p3_level_dscp(0) == 3 && p3_level_dscp(1) == 7 && p3_level_dscp(15) == 63 &&
+	   p3_level_dscp(16) == 5 && p3_level_dscp(17) == 9 && p3_level_dscp(30) == 61,
+	   "levels take pool xxxx11 (3, 7, .., 63), then xxxx01 from 5 (.., 61)");
+	for (lv = 0; lv <= 30; lv++) {
+		cp = p3_level_dscp(lv);
+		good &= cp >= 0 && cp < 64 && !seen[cp] && !dscp_standard(cp);
+		if (cp >= 0 && cp < 64)
+			seen[cp] = 1;
+		inverse &= p3_dscp_level(cp) == lv;
+	}
+	ok(good, "levels 0..30 take 31 distinct code points, none with a standard meaning");
+	for (cp = 0; cp < 64; cp++)
+		inverse &= seen[cp] || p3_dscp_level(cp) == -ENOENT;
+	ok(inverse && p3_dscp_level(64) == -ENOENT,
+	   "p3_dscp_level inverts p3_level_dscp; every other code point is untagged");
+	ok_err(p3_level_dscp(31), -P3_EDSCPRANGE, "level 31 has no code point");
+}
+
 static void test_dscp_v4(void)
 {
 	int fds[2], lv, good = 1;
 
 	if (!ok(loop_pair(AF_INET, SOCK_STREAM, 0, fds) == 0, "IPv4 TCP loopback pair"))
 		return;
-	for (lv = 0; lv <= 62; lv++) {
+	for (lv = 0; lv <= 30; lv++) {
 		good &= p3_tag(fds[0], lv) == 0;
-		good &= getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == lv + 1;
+		good &= getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == p3_level_dscp(lv);
 		good &= p3_tag_get(fds[0], P3_METHOD_DSCP) == lv;
 	}
-	ok(good, "dscp: levels 0..62 give DSCP level+1 (IP_TOS = tag << 2), read back");
+	ok(good, "dscp: levels 0..30 give their code points (IP_TOS = dscp << 2), read back");
 	ok(getint(fds[0], IPPROTO_TCP, TCP_NOTSENT_LOWAT) == P3_DEFAULT_NOTSENT_LOWAT,
 	   "TCP_NOTSENT_LOWAT set to the default 16 KiB");
 	ok(p3_tag_ex(fds[0], 1, P3_METHOD_DSCP, 4096) == 0 &&
 	   getint(fds[0], IPPROTO_TCP, TCP_NOTSENT_LOWAT) == 4096, "TCP_NOTSENT_LOWAT override");
-	ok_err(p3_tag(fds[0], 63), -P3_EDSCPRANGE, "level 63 does not fit DSCP");
-	ok(strstr(p3_strerror(-P3_EDSCPRANGE), "62") != NULL, "the DSCP error names the limit");
+	ok_err(p3_tag(fds[0], 31), -P3_EDSCPRANGE, "level 31 has no DSCP code point");
+	ok(strstr(p3_strerror(-P3_EDSCPRANGE), "30") != NULL, "the DSCP error names the limit");
 	ok_err(p3_tag(fds[0], 64), -P3_ELEVEL, "level 64 is out of range for every method");
 	ok(p3_tag_get(fds[1], P3_METHOD_DSCP) == -ENOENT, "an untagged socket reads -ENOENT");
 	close(fds[0]);
@@ -77,7 +114,7 @@ static void test_ecn(void)
 	if (loop_pair(AF_INET, SOCK_DGRAM, 0, fds))
 		return;
 	setsockopt(fds[0], IPPROTO_IP, IP_TOS, &tos, sizeof(tos));
-	ok(p3_tag(fds[0], 4) == 0 && getint(fds[0], IPPROTO_IP, IP_TOS) == (5 << 2 | 0x02),
+	ok(p3_tag(fds[0], 4) == 0 && getint(fds[0], IPPROTO_IP, IP_TOS) == (19 << 2 | 0x02),
 	   "dscp keeps the ECN bits");
 	close(fds[0]);
 	close(fds[1]);
@@ -114,20 +151,20 @@ static void test_wire(void)
 
 	if (!loop_pair(AF_INET, SOCK_DGRAM, 0, fds)) {
 		p3_tag(fds[0], 6);
-		ok(wire_tos(AF_INET, fds) >> 2 == 7, "IPv4 packets carry DSCP 7 for level 6");
+		ok(wire_tos(AF_INET, fds) >> 2 == 27, "IPv4 packets carry DSCP 27 for level 6");
 		close(fds[0]);
 		close(fds[1]);
 	}
 	if (!loop_pair(AF_INET6, SOCK_DGRAM, 0, fds)) {
 		p3_tag(fds[0], 9);
-		ok(wire_tos(AF_INET6, fds) >> 2 == 10, "IPv6 packets carry DSCP 10 for level 9");
+		ok(wire_tos(AF_INET6, fds) >> 2 == 39, "IPv6 packets carry DSCP 39 for level 9");
 		close(fds[0]);
 		close(fds[1]);
 	}
 	if (!loop_pair(AF_INET6, SOCK_DGRAM, 1, fds)) {
 		p3_tag(fds[0], 2);
-		ok(wire_tos(AF_INET, fds) >> 2 == 3,
-		   "v4-mapped IPv6 socket: IPv4 packets carry DSCP 3 for level 2");
+		ok(wire_tos(AF_INET, fds) >> 2 == 11,
+		   "v4-mapped IPv6 socket: IPv4 packets carry DSCP 11 for level 2");
 		close(fds[0]);
 		close(fds[1]);
 	}
@@ -139,9 +176,9 @@ static void test_v6(void)
 
 	if (!ok(loop_pair(AF_INET6, SOCK_STREAM, 0, fds) == 0, "IPv6 TCP loopback pair"))
 		return;
-	ok(p3_tag(fds[0], 11) == 0 && getint(fds[0], IPPROTO_IPV6, IPV6_TCLASS) >> 2 == 12 &&
+	ok(p3_tag(fds[0], 11) == 0 && getint(fds[0], IPPROTO_IPV6, IPV6_TCLASS) >> 2 == 47 &&
 	   p3_tag_get(fds[0], P3_METHOD_DSCP) == 11, "IPv6: IPV6_TCLASS carries the tag");
-	ok(getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == 12,
+	ok(getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == 47,
 	   "dual-stack IPv6 socket: IP_TOS is set as well");
 	close(fds[0]);
 	close(fds[1]);
@@ -152,8 +189,8 @@ static void test_v6(void)
 	close(s);
 	if (!ok(loop_pair(AF_INET6, SOCK_STREAM, 1, fds) == 0, "v4-mapped TCP pair"))
 		return;
-	ok(p3_tag(fds[0], 30) == 0 && getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == 31 &&
-	   getint(fds[0], IPPROTO_IPV6, IPV6_TCLASS) >> 2 == 31,
+	ok(p3_tag(fds[0], 30) == 0 && getint(fds[0], IPPROTO_IP, IP_TOS) >> 2 == 61 &&
+	   getint(fds[0], IPPROTO_IPV6, IPV6_TCLASS) >> 2 == 61,
 	   "v4-mapped socket: both IP_TOS and IPV6_TCLASS");
 	close(fds[0]);
 	close(fds[1]);
@@ -199,7 +236,7 @@ static int child_unprivileged(void)
 	bad |= (p3_tag_ex(s, 6, P3_METHOD_PRIORITY, -1) != -P3_ENEEDCAP_PRIO) << 0;
 	bad |= (p3_tag_ex(s, 5, P3_METHOD_PRIORITY, -1) != 0) << 1;
 	bad |= (p3_tag_ex(s, 0, P3_METHOD_MARK, -1) != -P3_ENEEDCAP_MARK) << 2;
-	bad |= (p3_tag_ex(s, 50, P3_METHOD_DSCP, -1) != 0) << 3;
+	bad |= (p3_tag_ex(s, 30, P3_METHOD_DSCP, -1) != 0) << 3;
 	return bad;
 }
 
@@ -219,7 +256,7 @@ static void test_unprivileged(void)
 	ok(!(status & 1), "without CAP_NET_ADMIN: priority level 6 (SO_PRIORITY 7): ENEEDCAP");
 	ok(!(status & 2), "without CAP_NET_ADMIN: priority level 5 still works");
 	ok(!(status & 4), "without CAP_NET_ADMIN: mark -> ENEEDCAP_MARK");
-	ok(!(status & 8), "without CAP_NET_ADMIN: dscp level 50 works");
+	ok(!(status & 8), "without CAP_NET_ADMIN: dscp level 30 works");
 	ok(strstr(p3_strerror(-P3_ENEEDCAP_PRIO), "CAP_NET_ADMIN") &&
 	   strstr(p3_strerror(-P3_ENEEDCAP_PRIO), "dscp") &&
 	   strstr(p3_strerror(-P3_ENEEDCAP_MARK), "CAP_NET_ADMIN") &&
@@ -269,6 +306,7 @@ static void test_verify(void)
 
 int main(void)
 {
+	test_dscp_codes();
 	test_dscp_v4();
 	test_ecn();
 	test_wire();

@@ -33,8 +33,9 @@
 #define TCA_P3_MAX_BUCKETS	(1U << 20)
 
 /*
- * Where the tag is read from.  Tag value t in 1..bands selects band t-1;
- * 0 or any out-of-range value is "untagged" and goes to the default band.
+ * Where the tag is read from.  A priority or mark t in 1..bands selects
+ * band t-1; 0 or any out-of-range value is "untagged" and goes to the
+ * default band.  A DSCP code point selects the band TCA_P3_DSCPMAP gives it.
  */
 enum tc_p3_tag_source {
 	TCA_P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
@@ -63,9 +64,22 @@ enum {
 	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
 	TCA_P3_FLOWS,		/* u32: most flow entries,
 				 * TCA_P3_MIN_FLOWS..TCA_P3_MAX_FLOWS */
+	TCA_P3_DSCPMAP,		/* u8[TC_P3_DSCP_CODES]: the band of each
+				 * DSCP code point, or TC_P3_DSCP_BUILTIN */
 	__TCA_P3_MAX
 };
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)
+
+/*
+ * TCA_P3_DSCPMAP replaces the whole map.  A code point mapped to
+ * TC_P3_DSCP_BUILTIN keeps its built-in meaning, which follows RFC 4594 and
+ * RFC 8622: libp3's level L (the L-th code point of RFC 2474's local-use
+ * pool xxxx11, then of pool xxxx01 without Lower-Effort) selects band L;
+ * Lower-Effort (1) and CS1 (8) the least urgent band; every other code
+ * point, EF, CS6 and CS7 among them, is untagged.
+ */
+#define TC_P3_DSCP_CODES	64
+#define TC_P3_DSCP_BUILTIN	0xff
 
 /*
  * Attributes nested in a class's TCA_OPTIONS (NLA_F_NESTED), as in

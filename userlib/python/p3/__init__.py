@@ -12,7 +12,7 @@ from p3):
     _libp3      libp3.so loaded; its structs and function prototypes
     _errors     p3.Error, its subclasses, the E* codes, return-code checks
     _clock      now_ns() and timeouts in libp3's milliseconds
-    _tagging    tag(), tag_get(), tag_config(), the tag method names
+    _tagging    tag(), tag_get(), tag_config(), level_dscp(), the tag method names
     _planner    plan(), suggest_slice(), Tensor and Slice
     _buffers    Python buffers held exported while libp3 uses them
     _closing    close() on with-block exit and on collection
@@ -33,7 +33,7 @@ from ._libp3 import _BandStats, _BufRef, _ChanOpts, _Completion, \
 from ._errors import ERRBASE, ClosedError, ConnectionError, Error, \
     PermissionError, TimeoutError, _CODES, _check, _error
 from ._clock import Timeout, now_ns
-from ._tagging import FdLike, tag, tag_config, tag_get
+from ._tagging import FdLike, dscp_level, level_dscp, tag, tag_config, tag_get
 from ._planner import DEFAULT_SLICE, ORDERS, Slice, Tensor, TensorLike, \
     plan, suggest_slice
 from ._buffers import BufferLike, _Buf
@@ -49,7 +49,7 @@ __all__ = [
     'Error', 'TimeoutError', 'ConnectionError', 'PermissionError',
     'ClosedError', 'Tensor', 'Slice', 'Completion', 'Channel', 'Plan',
     'Listener', 'Buffer',
-    'tag', 'tag_get', 'tag_config', 'plan', 'suggest_slice', 'now_ns',
+    'tag', 'tag_get', 'tag_config', 'level_dscp', 'dscp_level', 'plan', 'suggest_slice', 'now_ns',
     'qdisc_add', 'qdisc_change', 'qdisc_replace', 'qdisc_del', 'qdisc_stats',
     'DEFAULT_SLICE', 'MAX_BANDS',
 ]

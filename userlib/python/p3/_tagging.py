@@ -7,7 +7,8 @@ import errno as _errno
 from typing import Optional, Protocol, Union
 
 from ._errors import _check
-from ._libp3 import _tag_config, _tag_ex, _tag_get, _tag_method_name
+from ._libp3 import (_dscp_level, _level_dscp, _tag_config, _tag_ex, _tag_get,
+                     _tag_method_name)
 
 
 class _HasFileno(Protocol):
@@ -54,7 +55,8 @@ def _warn_lost_in_netns(method):
 
 def tag(sock_or_fd: FdLike, level: int, method: Optional[str] = None,
         notsent_lowat: Optional[int] = None) -> None:
-    """Tag a socket with level (written as tag level + 1), verified."""
+    """Tag a socket with level (by DSCP its code point, level_dscp(level);
+    by priority or mark tag level + 1), verified."""
     lowat = -1 if notsent_lowat is None else int(notsent_lowat)
     m = _method(method)
     _check(_tag_ex(_fd(sock_or_fd), int(level), m, lowat), 'tag')
@@ -67,6 +69,17 @@ def tag_get(sock_or_fd: FdLike, method: Optional[str] = None) -> Optional[int]:
     if rc == -_errno.ENOENT:
         return None
     return _check(rc, 'tag_get')
+
+
+def level_dscp(level: int) -> int:
+    """The DSCP code point that tags level (0..30) by method dscp."""
+    return _check(_level_dscp(int(level)), 'level_dscp')
+
+
+def dscp_level(dscp: int) -> Optional[int]:
+    """The level a DSCP code point tags, or None (untagged)."""
+    rc = _dscp_level(int(dscp))
+    return None if rc < 0 else rc
 
 
 def tag_config(method: str = 'dscp', notsent_lowat: int = 16384) -> None:
