@@ -54,11 +54,11 @@ dkms status sch_p3 2>&1 | diag
 bad=0
 for k in $kernels; do
 	ko=$(ls /lib/modules/"$k"/updates/dkms/sch_p3.ko* 2>/dev/null)
-	modinfo -F version "$ko" 2>/dev/null | grep -qx 0.2 || bad=1
+	modinfo -F name "$ko" 2>/dev/null | grep -qx sch_p3 || bad=1
 	echo "# $k: ${ko:-no module}"
 done
 [ -n "$kernels" ] && [ $bad -eq 0 ]
-tap $? "DKMS built sch_p3 0.2 for every kernel with headers ($(echo $kernels))"
+tap $? "DKMS built sch_p3 for every kernel with headers ($(echo $kernels))"
 
 p3ctl 2>&1 | head -1 | diag
 [ "$(command -v p3ctl)" = /usr/bin/p3ctl ] && [ -x /usr/bin/p3torchrun ] &&

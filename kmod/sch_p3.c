@@ -38,7 +38,7 @@
 #define P3_SPILL_LOG	10	/* buckets of the spill index */
 #define P3_SIZE_CLASSES	32	/* fls(backlog) - 1, see p3_size_refile() */
 #define P3_MIN_QUANTUM	256
-#define P3_MAX_QUANTUM	(1U << 20)
+#define P3_MAX_QUANTUM	BIT(20)
 /* Pacer bucket depth beyond the largest packet paced: makes up for a late
  * watchdog, and bounds bursts at rate x P3_PACE_HORIZON plus that packet.
  */
@@ -716,8 +716,8 @@ static __always_inline void p3_flow_unlinked(struct Qdisc *sch,
 	p3_size_refile(q, flow);
 }
 
-static __always_inline struct sk_buff *p3_flow_pop(struct Qdisc *sch,
-						    struct p3_flow *flow)
+static __always_inline struct sk_buff *
+p3_flow_pop(struct Qdisc *sch, struct p3_flow *flow)
 {
 	struct sk_buff *skb = flow->head;
 
@@ -1240,7 +1240,8 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 		p3_expire(sch, flow, &dropped_len);
 		dropped++;
 	}
-	if (skb && (due = p3_pacer_due(q, qdisc_pkt_len(skb)))) {
+	due = skb ? p3_pacer_due(q, qdisc_pkt_len(skb)) : 0;
+	if (due) {
 		qdisc_watchdog_schedule_ns(&q->watchdog, due);
 		q->stats.throttled++;
 		skb = NULL;
@@ -1264,7 +1265,7 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 		flow->deficit -= qdisc_pkt_len(skb);
 	}
 	q->last_band = band;
-	_bstats_update(&q->bands[band].bstats, qdisc_pkt_len(skb), 1);
+	bstats_update(&q->bands[band].bstats, skb);
 	qdisc_bstats_update(sch, skb);
 	p3_pacer_charge(q, qdisc_pkt_len(skb));
 	/* An idle moment: the flows that expired meanwhile go. */
@@ -1289,7 +1290,8 @@ static struct sk_buff *p3_peek(struct Qdisc *sch)
 
 	q->peeked = NULL;
 	skb = p3_next_skb(q, &flow);
-	if (skb && (due = p3_pacer_due(q, qdisc_pkt_len(skb)))) {
+	due = skb ? p3_pacer_due(q, qdisc_pkt_len(skb)) : 0;
+	if (due) {
 		qdisc_watchdog_schedule_ns(&q->watchdog, due);
 		return NULL;
 	}
@@ -1742,7 +1744,8 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 	int err;
 
 	if (!*arg) {
-		NL_SET_ERR_MSG(extack, "p3 classes are its bands, H:1..H:bands: change one, none can be added");
+		NL_SET_ERR_MSG(extack,
+			       "p3 classes are its bands, H:1..H:bands: change one, none can be added");
 		return -EOPNOTSUPP;
 	}
 	if (tca[TCA_RATE]) {
@@ -1884,5 +1887,4 @@ module_init(p3_module_init);
 module_exit(p3_module_exit);
 MODULE_AUTHOR("The sch_p3 authors");
 MODULE_DESCRIPTION("Priority-based Parameter Propagation (P3) packet scheduler");
-MODULE_VERSION("0.2");
 MODULE_LICENSE("GPL");

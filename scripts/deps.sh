@@ -25,6 +25,7 @@ declare -A why=(
 	[iproute2]="tc and ip"
 	[iperf3]="traffic in the VM tests"
 	[ethtool]="offload settings in the VM tests"
+	[nftables]="the fence for another user's senders in the VM tests"
 	[libnl-3-dev]="libp3's netlink"
 	[libnl-route-3-dev]="libp3's netlink"
 	[clang]="libFuzzer targets of libp3's parsers"

@@ -372,6 +372,35 @@ def test_pod_priority_lost(chk):
                       "udp")
 
 
+def test_fence(chk):
+    """An admin keeps untrusted senders out of the urgent bands whatever
+    DSCP they write: a filter on the pod's addresses (filters classify
+    before tags), and an nftables rule giving another user's packets the
+    default band's class as their priority (read before both).  The
+    trusted sender beside them keeps its levels."""
+    dst = routed()
+    sh("tc qdisc add dev h0 root handle 1: p3", ns=HOST)
+    for fam, match in ((4, "ip"), (6, "ip6")):
+        proto, prio = ("ip", 1) if fam == 4 else ("ipv6", 2)
+        sh(f"tc filter add dev h0 parent 1: protocol {proto} prio {prio} u32 "
+           f"match {match} src {PODNET[POD][fam == 6]} classid 1:{BANDS}",
+           ns=HOST)
+        sent, delta, _ = send(dst[fam], "udp")
+        expect_default_band(chk, f"pod fenced by a u32 filter, IPv{fam}",
+                            sent, delta, "udp")
+    sh("nft add table inet p3fence", ns=HOST)
+    sh("nft add chain inet p3fence out "
+       "'{ type filter hook output priority 0 ; }'", ns=HOST)
+    sh(f"nft add rule inet p3fence out meta skuid 65534 "
+       f"meta priority set 1:{BANDS:x}", ns=HOST)
+    sent, delta, _ = send(dst[4], "udp", ns=HOST)
+    expect_default_band(chk, "another user fenced by nftables", sent,
+                        delta, "udp")
+    sent, delta, untagged = send(dst[4], "udp", user=False, ns=HOST)
+    expect_levels(chk, "root beside the fenced user", sent, delta,
+                  untagged, "udp")
+
+
 def overlay_test(chk, kind):
     dst = overlay(kind, inherit=True)
     p3_defaults()
@@ -542,6 +571,7 @@ TESTS = [
     ("routed_pod", test_routed_pod),
     ("bridged_pod", test_bridged_pod),
     ("pod_priority_lost", test_pod_priority_lost),
+    ("fence", test_fence),
     ("vxlan", test_vxlan),
     ("geneve", test_geneve),
     ("doctor_healthy", test_doctor_healthy),

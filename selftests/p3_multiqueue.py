@@ -23,9 +23,11 @@ LEVELS = 8
 PER_LEVEL = 50
 QUEUES = 4
 NS_A, NS_B = "p3mq-a", "p3mq-b"
-# rt_tos2priority() of DSCP L+1 for levels 0..7 (the TOS byte's old
-# classes), and the mqprio map below: the class each level must reach.
-TOS_PRIORITY = [0, 2, 2, 6, 6, 4, 4, 0]
+# rt_tos2priority() of each level's DSCP (ip_tos2prio[] of the TOS byte's
+# old class bits), and the mqprio map below: the class each level must reach.
+IP_TOS2PRIO = [0, 0, 0, 0, 2, 2, 2, 2, 6, 6, 6, 6, 4, 4, 4, 4]
+TOS_PRIORITY = [IP_TOS2PRIO[(p3.level_dscp(lv) << 2 & 0x1e) >> 1]
+                for lv in range(LEVELS)]
 MAP = [0, 0, 0, 0, 1, 1, 1, 1] + [0] * 8
 
 

@@ -82,13 +82,14 @@ NLA = struct.Struct("=HH")
 # [valid values or (lo, hi)]).
 P3_BANDS, P3_DEFAULT, P3_TAG, P3_LIMIT = 1, 2, 3, 4
 P3_MEMORY, P3_QUANTUM, P3_RATE, P3_PAD, P3_BUCKETS = 5, 6, 7, 8, 9
-P3_FLOWS = 10
-P3_MAX = 10
+P3_FLOWS, P3_DSCPMAP = 10, 11
+P3_MAX = 11
 P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
              P3_TAG: ("tag", 1), P3_LIMIT: ("limit", 4),
              P3_MEMORY: ("memory", 4), P3_QUANTUM: ("quantum", 4),
              P3_RATE: ("rate", 8), P3_BUCKETS: ("buckets", 4),
-             P3_FLOWS: ("flows", 4)}
+             P3_FLOWS: ("flows", 4), P3_DSCPMAP: ("dscpmap", 64)}
+BUILTIN = 0xff      # TC_P3_DSCP_BUILTIN
 P3_MIN_FLOWS, P3_MAX_FLOWS = 1, 1 << 20
 FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 # TCA_P3_CLASS_*: a band's class options (tc class change ... p3 ...).
@@ -278,7 +279,8 @@ def decode_p3(opts):
     for atype, data in parse_attrs(opts):
         name, size = P3_POLICY.get(atype & NLA_TYPE_MASK, (None, None))
         if name and len(data) == size:
-            out[name] = struct.unpack(FMT[size], data)[0]
+            out[name] = data.hex() if size not in FMT else \
+                struct.unpack(FMT[size], data)[0]
     return out
 
 
@@ -356,7 +358,20 @@ class KernelReports(KernelLog):
 # --- request generation ----------------------------------------------
 
 def u(size, v):
+    if size == 64:      # the DSCP map: v's eight bytes, eight times
+        return u(8, v) * 8
     return struct.pack(FMT[size], v & ((1 << (8 * size)) - 1))
+
+
+def dscpmap(r, bands, bad=False):
+    """A map of BUILTIN with a few code points set: to bands below
+    bands, or (bad) one to a band no qdisc has."""
+    m = bytearray([BUILTIN] * 64)
+    for _ in range(r.randint(0, 4)):
+        m[r.randrange(64)] = r.randrange(bands)
+    if bad:
+        m[r.randrange(64)] = r.choice([64, 65, 128, 254])
+    return bytes(m)
 
 
 BAD_VALUES = {
@@ -439,6 +454,11 @@ class Gen:
             attrs.append((P3_BUCKETS, u(4, v)))
             sent["buckets"] = v
         if r.random() < 0.2:
+            # Bands the qdisc has whatever this request leaves it with.
+            v = dscpmap(r, bands or 2)
+            attrs.append((P3_DSCPMAP, v))
+            sent["dscpmap"] = v.hex()
+        if r.random() < 0.2:
             v = r.choice([P3_MIN_FLOWS, 2, 64, 4096, 16384, P3_MAX_FLOWS,
                           r.randint(P3_MIN_FLOWS, P3_MAX_FLOWS)])
             attrs.append((P3_FLOWS, u(4, v)))
@@ -459,7 +479,7 @@ class Gen:
         req.opt = kind
         nested = True
         if kind == "range":
-            t = r.choice(list(BAD_VALUES) + [P3_DEFAULT])
+            t = r.choice(list(BAD_VALUES) + [P3_DEFAULT, P3_DSCPMAP])
             attrs = [a for a in attrs if a[0] != t]
             if t == P3_DEFAULT:
                 b = bands or r.choice([2, 8, 64])
@@ -468,7 +488,9 @@ class Gen:
                 attrs.append((P3_DEFAULT, u(1, r.randint(b, 255)), True))
             else:
                 size = P3_POLICY[t][1]
-                attrs.append((t, u(size, BAD_VALUES[t](r)), True))
+                bad = dscpmap(r, 2, True) if t == P3_DSCPMAP else \
+                    u(size, BAD_VALUES[t](r))
+                attrs.append((t, bad, True))
             r.shuffle(attrs)
             req.bad_range = True
             sent = {}
@@ -1021,7 +1043,7 @@ def main():
                  "--pps", pps[0], "--tags", "prio:1,prio:8",
                  "--switch-every", "5", "--group", "2"], wait=False),
             p3t(["udp", RADDR, "--port", str(PORT), "--count", "100000000",
-                 "--pps", pps[1], "--size", "1000", "--tags", "tos:12",
+                 "--pps", pps[1], "--size", "1000", "--tags", "tos:44",
                  "--group", "3"], wait=False),
         ]
     total = Stats()

@@ -32,11 +32,11 @@ import sys
 import time
 
 from p3lib import (RADDR, RCV, RDEV, SDEV, SND, add_selection_args,
-                   class_stats, no_ipv6, qdisc_json, run_tests, sh, tc,
-                   teardown, topology)
+                   class_stats, level_tos, no_ipv6, qdisc_json, run_tests,
+                   sh, tc, teardown, topology)
 
 RATE = "20mbit"
-URGENT_TOS = 1 << 2          # DSCP 1: band 0 under "tag dscp"
+URGENT_TOS = level_tos(0)    # band 0 under "tag dscp"
 URGENT_PORT, BULK_PORT = 5201, 5202
 
 # A sender that keeps its sockets: "NAME COUNT PRIO [SIZE]" on stdin sends

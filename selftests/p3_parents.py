@@ -28,8 +28,8 @@ import subprocess
 import sys
 import time
 
-from p3lib import (RADDR, RCV, SDEV, SND, class_stats, no_ipv6, run_tests,
-                   selftest_parser, sh, tc)
+from p3lib import (RADDR, RCV, SDEV, SND, class_stats, level_tos, no_ipv6,
+                   run_tests, selftest_parser, sh, tc)
 
 # The shaped rate (--rate): below the senders' 90 Mbit/s of UDP, so that
 # packets wait past the deadline; the debug kernel's guest sends far less
@@ -88,7 +88,7 @@ def cases(rate):
 
 SECONDS = 3
 FLOOD_SECONDS = SECONDS + 4
-TCP_TOS, TOLERANT_TOS = 1 << 2, 2 << 2      # DSCP 1 and 2: bands 0 and 1
+TCP_TOS, TOLERANT_TOS = level_tos(0), level_tos(1)     # bands 0 and 1
 PORTS = (5301, 5302, 5303)
 NONWC = re.compile(r"non-work-conserving")
 BACKLOG = re.compile(r"backlog (\S+) (\d+)p")

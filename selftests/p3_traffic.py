@@ -20,7 +20,8 @@ import time
 
 from p3lib import (FORWARDED, PORT, RADDR, RADDR6, RCV, RTR, SADDR, SDEV,
                    SND, Sink,
-                   add_selection_args, class_stats, diff_bands, no_ipv6, p3t,
+                   add_selection_args, class_stats, diff_bands, level_tos,
+                   no_ipv6, p3t,
                    parse_rate, qdisc_json, qdisc_sent, router, run_tests, sh,
                    tc, tcp_rate, tcp_span, teardown, topology, udpflood)
 
@@ -276,8 +277,8 @@ def test_overflow(chk):
 TAG_CASES = [
     # name, qdisc tag, sender tag, destination, expected band
     ("priority", "tag priority", "prio:3", RADDR, 2),
-    ("dscp-v4", "tag dscp", f"tos:{5 << 2}", RADDR, 4),
-    ("dscp-v6", "tag dscp", f"tclass:{6 << 2}", RADDR6, 5),
+    ("dscp-v4", "tag dscp", f"tos:{level_tos(4)}", RADDR, 4),
+    ("dscp-v6", "tag dscp", f"tclass:{level_tos(5)}", RADDR6, 5),
     ("mark", "tag mark", "mark:2", RADDR, 1),
     ("classid", "tag dscp", f"prio:{0x10004}", RADDR, 3),
     ("flower", "tag priority", "none", RADDR, 6),
@@ -310,6 +311,31 @@ def test_tag_sources(chk):
         else:
             chk.expect(got == n, f"{name}: band {band} got {got}, not {n}")
         sh(f"tc qdisc del dev {SDEV} root", ns=SND)
+
+
+def test_gso_counters(chk):
+    """Under TSO the classes count segments, as the qdisc does: their
+    packets add up to the qdisc's, and to more packets than skbs."""
+    sh(f"ethtool -K {SDEV} tso on gso on", ns=SND)
+    p3_root(f"rate {RATE}")
+    sink = Sink()
+    bulk = start_bulk(2)
+    time.sleep(3)
+    stop(bulk)
+    sink.stop()
+    time.sleep(0.5)
+    q = qdisc_json()
+    bands = class_stats()
+    pkts = sum(b["pkts"] for b in bands.values())
+    nbytes = sum(b["bytes"] for b in bands.values())
+    chk.note(f"qdisc {q['packets']} packets {q['bytes']} bytes; classes "
+             f"{pkts} packets {nbytes} bytes")
+    chk.expect(q["bytes"] > 1 << 20, "premise: too little traffic")
+    chk.expect(pkts == q["packets"] and nbytes == q["bytes"],
+               "the classes' counters differ from the qdisc's")
+    # Full-sized segments: about 1.5 KB of wire bytes each.
+    chk.expect(pkts * 1600 > nbytes,
+               f"{pkts} packets for {nbytes} bytes: GSO skbs counted once")
 
 
 def test_change_keeps_packets(chk):
@@ -841,6 +867,7 @@ TESTS = [
     ("reorder_control_prio", test_reorder_control),
     ("overflow_drops_least_urgent", test_overflow),
     ("tag_sources", test_tag_sources),
+    ("gso_counters", test_gso_counters),
     ("acks_to_urgent_band", test_acks_to_urgent_band),
     ("change_keeps_packets", test_change_keeps_packets),
     ("under_tbf", test_under_tbf),

@@ -403,3 +403,11 @@ def parse_rate(text):
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", text)
     mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[2]]
     return float(m[1]) * mult
+
+
+def level_tos(level):
+    """The TOS byte (DSCP << 2) that tags level by DSCP: RFC 2474's
+    local-use code points xxxx11 for levels 0..15, then xxxx01 from 5 on
+    (p3_level_dscp() in libp3, the qdisc's built-in DSCP map)."""
+    dscp = level << 2 | 3 if level < 16 else (level - 15) << 2 | 1
+    return dscp << 2

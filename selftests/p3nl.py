@@ -80,10 +80,12 @@ P3_ATTRS = {
     "pad": (8, "u64"),
     "buckets": (9, "u32"),
     "flows": (10, "u32"),
+    "dscpmap": (11, "u8x64"),
 }
 P3_NAMES = {t: n for n, (t, _) in P3_ATTRS.items()}
 P3_TAGS = ["priority", "dscp", "mark"]
-FORMATS = {"u8": "=B", "u16": "=H", "u32": "=I", "u64": "=Q", "flag": ""}
+FORMATS = {"u8": "=B", "u16": "=H", "u32": "=I", "u64": "=Q", "flag": "",
+           "u8x64": "=64s"}
 
 HDR = struct.Struct("=IHHII")          # nlmsghdr
 TCMSG = struct.Struct("=BxxxiIII")     # tcmsg

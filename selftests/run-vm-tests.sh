@@ -182,9 +182,9 @@ if [ "$kernel" != debug ]; then
 	fi
 	# Defaults, container hosts, overlays, and (user space: once)
 	# p3ctl doctor.
-	deploy=() deploy_s=480
+	deploy=() deploy_s=540
 	if [ $userspace -eq 0 ]; then
-		deploy_s=335
+		deploy_s=395
 		for t in healthy setup traffic module; do
 			deploy+=(-x "doctor_$t")
 		done

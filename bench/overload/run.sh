@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Overload benchmark: one urgent TCP flow (DSCP 1) over a 20 Mbit/s tbf
+# Overload benchmark: one urgent TCP flow (level 0's DSCP) over a 20 Mbit/s tbf
 # link with 20 ms on the ACK path, alone and beside untagged floods, under
 # p3 (several limits), prio and skbprio, all in one VM boot.  Prints the
 # Markdown table of docs/benchmarks.md ("Overload") and keeps it in

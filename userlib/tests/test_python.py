@@ -96,9 +96,9 @@ class TagTest(unittest.TestCase):
     def test_dscp_range(self):
         with socket.socket() as s:
             with self.assertRaises(p3.Error) as cm:
-                p3.tag(s, 63)
+                p3.tag(s, 31)
             self.assertEqual(cm.exception.errno, p3.EDSCPRANGE)
-            self.assertIn('62', str(cm.exception))
+            self.assertIn('30', str(cm.exception))
 
     def test_bad_method(self):
         with socket.socket() as s, self.assertRaises(ValueError):
