@@ -126,9 +126,9 @@ struct p3_sched_data {
 	u32			memory_usage;	/* truesize of queued skbs */
 	u32			flows_active;
 	/* Last peek's packet and flow (NULL: lone): the parent charged it, so
-	 * the next dequeue sends it, expired or not (or an earlier packet of
-	 * its flow whose band was made reliable since); overflow never takes
-	 * it.
+	 * the next dequeue sends it, expired or not, dropping the expired
+	 * packets peek passed over before it in its flow; overflow never
+	 * takes it.
 	 */
 	struct sk_buff		*peeked;
 	struct p3_flow		*peeked_flow;
@@ -332,15 +332,18 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
  */
 
 /*
- * A local full socket names its flow exactly, and cannot be freed while
- * it has packets here (each holds sk_wmem_alloc).  Other packets fall back
- * to the flow hash; bit 0 keeps those keys apart from socket pointers.
+ * A connected local socket names its flow exactly, and cannot be freed
+ * while it has packets here (each holds sk_wmem_alloc).  Other packets,
+ * an unconnected socket's to its many peers and a listener's among them
+ * (as in fq), fall back to the flow hash; bit 0 keeps those keys apart
+ * from socket pointers.
  */
 static unsigned long p3_flow_key(struct sk_buff *skb)
 {
 	struct sock *sk = skb->sk;
 
-	if (sk && sk_fullsock(sk))
+	if (sk && sk_fullsock(sk) && !sk_listener(sk) &&
+	    sk->sk_state != TCP_CLOSE)
 		return (unsigned long)sk;
 	return ((unsigned long)skb_get_hash(skb) << 1) | 1;
 }
@@ -1229,11 +1232,13 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	if (q->tolerant && !q->lone)
 		p3_drop_expired(sch, &dropped, &dropped_len);
 	skb = p3_next_skb(q, &flow);
-	/* Packets before @skb in its flow had expired (p3_scan()); one whose
-	 * band was made reliable since goes first, in flow order.
+	/* Packets before @skb in its flow had expired (p3_scan()).  One whose
+	 * band was made reliable since goes first, in flow order, unless a
+	 * parent peeked and charged @skb: then they go as they were judged,
+	 * all loss-tolerant when they came, and the peeked packet is sent.
 	 */
 	while (skb && flow && flow->head != skb) {
-		if (!p3_expired(q, flow->head, &now)) {
+		if (skb != q->peeked && !p3_expired(q, flow->head, &now)) {
 			skb = flow->head;
 			break;
 		}
@@ -1753,14 +1758,19 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 				    "p3 classes keep no rate estimator");
 		return -EOPNOTSUPP;
 	}
-	if (!tca[TCA_OPTIONS])
-		return 0;
+	if (!tca[TCA_OPTIONS]) {
+		NL_SET_ERR_MSG(extack, "p3 class change needs its option: deadline");
+		return -EINVAL;
+	}
 	err = nla_parse_nested(tb, TCA_P3_CLASS_MAX, tca[TCA_OPTIONS],
 			       p3_class_policy, extack);
 	if (err < 0)
 		return err;
-	if (!tb[TCA_P3_CLASS_DEADLINE])
-		return 0;
+	if (!tb[TCA_P3_CLASS_DEADLINE]) {
+		NL_SET_ERR_MSG_ATTR(extack, tca[TCA_OPTIONS],
+				    "p3 class change needs its option: deadline");
+		return -EINVAL;
+	}
 	us = nla_get_u32(tb[TCA_P3_CLASS_DEADLINE]);
 	if (us > TCA_P3_CLASS_MAX_DEADLINE_US) {
 		NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_CLASS_DEADLINE],

@@ -12,6 +12,7 @@ from the qdisc's statistics, and the kernel log is checked after each.
 import argparse
 import gzip
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -336,6 +337,40 @@ def test_gso_counters(chk):
     # Full-sized segments: about 1.5 KB of wire bytes each.
     chk.expect(pkts * 1600 > nbytes,
                f"{pkts} packets for {nbytes} bytes: GSO skbs counted once")
+
+
+# One unconnected UDP socket: bulk to one port, then urgent to another.
+UNCONNECTED = """
+import socket, sys
+dst, n, bulk, urgent = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 32, 8 << 20)      # SO_SNDBUFFORCE
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(bulk))
+for _ in range(n):
+    s.sendto(bytes(1000), (dst, 9))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(urgent))
+for _ in range(5):
+    s.sendto(bytes(100), (dst, 10))
+"""
+
+
+def test_unconnected_udp(chk):
+    """An unconnected socket's datagrams to different peers are different
+    flows: the urgent ones to one overtake bulk queued for another, and
+    lift none of it (no priority inheritance across peers)."""
+    n = 300
+    p3_root(f"tag dscp rate {RATE}")
+    before, xs0 = class_stats(), qdisc_json()["xstats"]
+    sh(f"{sys.executable} -c {shlex.quote(UNCONNECTED)} {RADDR} {n} "
+       f"{level_tos(7)} {level_tos(0)}", ns=SND)
+    time.sleep(1.5)
+    d = diff_bands(class_stats(), before)
+    boosts = qdisc_json()["xstats"]["boosts"] - xs0["boosts"]
+    urgent, bulk = d.get(0, {}).get("pkts", 0), d.get(7, {}).get("pkts", 0)
+    chk.note(f"band 0 +{urgent} packets, band 7 +{bulk}, boosts +{boosts}")
+    chk.expect(urgent == 5, f"band 0 sent {urgent} packets, not the 5 urgent")
+    chk.expect(n <= bulk <= n + 20, f"band 7 sent {bulk} packets, not {n}")
+    chk.expect(boosts == 0, f"{boosts} flows lifted by the urgent datagrams")
 
 
 def test_change_keeps_packets(chk):
@@ -868,6 +903,7 @@ TESTS = [
     ("overflow_drops_least_urgent", test_overflow),
     ("tag_sources", test_tag_sources),
     ("gso_counters", test_gso_counters),
+    ("unconnected_udp", test_unconnected_udp),
     ("acks_to_urgent_band", test_acks_to_urgent_band),
     ("change_keeps_packets", test_change_keeps_packets),
     ("under_tbf", test_under_tbf),

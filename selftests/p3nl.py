@@ -7,13 +7,15 @@ the kernel.  This sends exactly the attributes given, so the tests can
 check that the kernel refuses them too, and with which extack message.
 
   p3nl.py [-d DEV] [--handle H] [--parent P] [--kind K] [--flat]
-          [--no-options] {add|change|replace} [ATTR...]
+          [--no-options] {add|change|replace|class-change} [ATTR...]
   p3nl.py [-d DEV] show
 
 ATTR is NAME=VALUE, typed as in pkt_sched_p3.h (bands=65), or
 NAME:TYPE=VALUE / NUMBER:TYPE=VALUE to send any type and size
 (bands:u32=5, 9:u32=1); TYPE is u8, u16, u32, u64, or "flag" (no payload,
 VALUE ignored).  --flat sends TCA_OPTIONS without NLA_F_NESTED.
+class-change changes the class --handle names (a band, 1:2), with the
+class attributes given by number (1:u32=2000 is a 2 ms deadline).
 
 On a refusal it prints tc's style "Error: MSG." on stderr, then the errno
 name and the attribute the kernel pointed at (NLMSGERR_ATTR_OFFS), and
@@ -38,6 +40,7 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_NEWQDISC = 36
 RTM_GETQDISC = 38
+RTM_NEWTCLASS = 40
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 
@@ -217,14 +220,17 @@ def modify(nl, args):
     flags = NLM_F_REQUEST | NLM_F_ACK
     flags |= {"add": NLM_F_CREATE | NLM_F_EXCL,
               "replace": NLM_F_CREATE | NLM_F_REPLACE,
-              "change": 0}[args.op]
+              "change": 0, "class-change": 0}[args.op]
+    mtype, parent = RTM_NEWQDISC, parse_handle(args.parent)
+    if args.op == "class-change":
+        mtype, parent = RTM_NEWTCLASS, TC_H_UNSPEC
     opts = b"".join(nla(t, p) for t, p in map(parse_attr_arg, args.attrs))
     body = TCMSG.pack(socket.AF_UNSPEC, socket.if_nametoindex(args.dev),
-                      parse_handle(args.handle), parse_handle(args.parent), 0)
+                      parse_handle(args.handle), parent, 0)
     body += nla(TCA_KIND, args.kind.encode() + b"\0")
     if not args.no_options:
         body += nla(TCA_OPTIONS | (0 if args.flat else NLA_F_NESTED), opts)
-    request = nl.send(RTM_NEWQDISC, flags, body)
+    request = nl.send(mtype, flags, body)
     for mtype, mflags, payload in nl.recv():
         if mtype != NLMSG_ERROR:
             continue
@@ -320,7 +326,8 @@ def request(nl, mtype, flags, body):
 
 USAGE = """usage: p3nl.py [-d DEV] [--handle H] [--parent P] [--kind K] [--flat]
                 [--no-options] {add|change|replace} [ATTR...]
-       p3nl.py [-d DEV] show"""
+       p3nl.py [-d DEV] show
+       p3nl.py [-d DEV] --handle CLASSID [--no-options] class-change [ATTR...]"""
 
 
 class Args:
@@ -353,7 +360,8 @@ class Args:
             elif a.startswith("-"):
                 raise ValueError("unknown option %s" % a)
             elif self.op is None:
-                if a not in ("add", "change", "replace", "show"):
+                if a not in ("add", "change", "replace", "show",
+                             "class-change"):
                     raise ValueError("unknown operation %r" % a)
                 self.op = a
             else:
