@@ -45,6 +45,10 @@
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below a full GSO packet's truesize would drop every one. */
 #define P3_MIN_MEMORY	(64U << 10)
+/* fq_codel's bound; the most keeps the u32 truesize counters from wrapping */
+#define P3_DEFAULT_MEMORY	(32U << 20)
+#define P3_MAX_MEMORY	BIT(30)
+#define P3_MAX_LIMIT	BIT(20)
 /* Loss-tolerant packets' enqueue time, in 2^10 ns modulo 2^24 (17 s, past
  * TCA_P3_CLASS_MAX_DEADLINE_US) to fit skb->cb; older ones may go late.
  */
@@ -106,7 +110,7 @@ struct p3_band {
 struct p3_config {
 	u64	rate;		/* bytes per second, 0 = unpaced */
 	u32	limit;		/* packets */
-	u32	memory;		/* bytes of skb truesize, 0 = no cap */
+	u32	memory;		/* bytes of skb truesize */
 	u32	quantum;
 	u32	buckets;	/* flow hash table, a power of two */
 	u32	flows;		/* most flow entries */
@@ -855,7 +859,7 @@ static u64 *p3_overlimit(struct Qdisc *sch, u32 pkts, u32 truesize)
 
 	if (sch->q.qlen + pkts > sch->limit)
 		return &q->stats.drops_limit;
-	if (q->cfg.memory && q->memory_usage + truesize > q->cfg.memory)
+	if (q->memory_usage + truesize > q->cfg.memory)
 		return &q->stats.drops_memory;
 	return NULL;
 }
@@ -882,8 +886,7 @@ static bool p3_room_possible(struct Qdisc *sch, struct sk_buff *skb, u8 serve)
 	}
 	if (sch->q.qlen + 1 > (u64)sch->limit + pkts)
 		return false;
-	return !q->cfg.memory ||
-	       q->memory_usage + skb->truesize <= (u64)q->cfg.memory + memory;
+	return q->memory_usage + skb->truesize <= (u64)q->cfg.memory + memory;
 }
 
 static void p3_admit(struct Qdisc *sch, struct p3_flow *flow,
@@ -1355,6 +1358,7 @@ static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 	cfg->bands = TCA_P3_DEFAULT_BANDS;
 	cfg->tag = TCA_P3_DEFAULT_TAG;
 	cfg->limit = TCA_P3_DEFAULT_LIMIT;
+	cfg->memory = P3_DEFAULT_MEMORY;
 	cfg->buckets = TCA_P3_DEFAULT_BUCKETS;
 	cfg->flows = TCA_P3_DEFAULT_FLOWS;
 	memset(cfg->dscpmap, TC_P3_DSCP_BUILTIN, sizeof(cfg->dscpmap));
@@ -1414,17 +1418,18 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 	}
 	if (tb[TCA_P3_LIMIT]) {
 		cfg->limit = nla_get_u32(tb[TCA_P3_LIMIT]);
-		if (!cfg->limit) {
+		if (!cfg->limit || cfg->limit > P3_MAX_LIMIT) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_LIMIT],
-					    "Packet limit must be at least 1");
+					    "Packet limit must be between 1 and 1048576");
 			return -EINVAL;
 		}
 	}
 	if (tb[TCA_P3_MEMORY]) {
-		cfg->memory = nla_get_u32(tb[TCA_P3_MEMORY]);
-		if (cfg->memory && cfg->memory < P3_MIN_MEMORY) {
+		/* 0, once "no cap", is the most there is. */
+		cfg->memory = nla_get_u32(tb[TCA_P3_MEMORY]) ?: P3_MAX_MEMORY;
+		if (cfg->memory < P3_MIN_MEMORY || cfg->memory > P3_MAX_MEMORY) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_MEMORY],
-					    "Memory limit must be 0 (none) or at least 65536 bytes");
+					    "Memory limit must be between 65536 bytes and 1 GB (0: 1 GB)");
 			return -EINVAL;
 		}
 	}

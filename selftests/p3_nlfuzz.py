@@ -91,6 +91,7 @@ P3_POLICY = {P3_BANDS: ("bands", 1), P3_DEFAULT: ("default", 1),
              P3_FLOWS: ("flows", 4), P3_DSCPMAP: ("dscpmap", 64)}
 BUILTIN = 0xff      # TC_P3_DSCP_BUILTIN
 P3_MIN_FLOWS, P3_MAX_FLOWS = 1, 1 << 20
+P3_MAX_LIMIT, P3_MAX_MEMORY = 1 << 20, 1 << 30
 FMT = {1: "=B", 2: "=H", 4: "=I", 8: "=Q"}
 # TCA_P3_CLASS_*: a band's class options (tc class change ... p3 ...).
 P3_CLASS_DEADLINE, P3_CLASS_MAX = 1, 1
@@ -377,8 +378,9 @@ def dscpmap(r, bands, bad=False):
 BAD_VALUES = {
     P3_BANDS: lambda r: r.choice([0, 1, 65, 66, 100, 128, 255]),
     P3_TAG: lambda r: r.choice([3, 4, 7, 64, 128, 255]),
-    P3_LIMIT: lambda r: 0,
-    P3_MEMORY: lambda r: r.choice([1, 2, 1500, 4096, 65535]),
+    P3_LIMIT: lambda r: r.choice([0, P3_MAX_LIMIT + 1, 0xffffffff]),
+    P3_MEMORY: lambda r: r.choice([1, 2, 1500, 4096, 65535,
+                                   P3_MAX_MEMORY + 1, 0xffffffff]),
     P3_QUANTUM: lambda r: r.choice([0, 1, 255, (1 << 20) + 1, 1 << 24,
                                     0xffffffff]),
     P3_BUCKETS: lambda r: r.choice([0, 1, 8, 15, 17, 1000, 4095,
@@ -431,12 +433,13 @@ class Gen:
             attrs.append((P3_TAG, u(1, v)))
             sent["tag"] = v
         if r.random() < 0.4:
-            v = r.choice([1, 2, 10, 100, 1000, 10000, r.randint(1, 1 << 20),
-                          0xffffffff])
+            v = r.choice([1, 2, 10, 100, 1000, 10000,
+                          r.randint(1, P3_MAX_LIMIT), P3_MAX_LIMIT])
             attrs.append((P3_LIMIT, u(4, v)))
             sent["limit"] = v
         if r.random() < 0.3:
-            v = r.choice([0, 65536, 1 << 20, 16 << 20, 0xffffffff])
+            # (0 reads back as the most, P3_MAX_MEMORY)
+            v = r.choice([65536, 1 << 20, 16 << 20, P3_MAX_MEMORY])
             attrs.append((P3_MEMORY, u(4, v)))
             sent["memory"] = v
         if r.random() < 0.3:

@@ -373,6 +373,38 @@ def test_unconnected_udp(chk):
     chk.expect(boosts == 0, f"{boosts} flows lifted by the urgent datagrams")
 
 
+# A flood of n datagrams from one socket whose buffer never blocks it.
+FLOOD = """
+import socket, sys
+dst, n, tos = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 32, 256 << 20)    # SO_SNDBUFFORCE
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+for _ in range(n):
+    s.sendto(bytes(1400), (dst, 9))
+"""
+
+
+def test_default_memory_cap(chk):
+    """Without a memory option the queue holds at most 32 MB of skbs: a
+    flood the packet limit would have taken whole stops there."""
+    n = 20000
+    p3_root("tag dscp rate 1mbit limit 100000")
+    chk.expect(qdisc_json()["options"]["memory"] == 32 << 20,
+               "the default memory cap is not 32 MB")
+    sh(f"{sys.executable} -c {shlex.quote(FLOOD)} {RADDR} {n} "
+       f"{level_tos(7)}", ns=SND, timeout=300)
+    q = qdisc_json()
+    xs = q["xstats"]
+    chk.note(f"{n} datagrams: {q['packets']} sent, {q['qlen']} queued, "
+             f"drops: memory {xs['drops_memory']}, limit {xs['drops_limit']}")
+    chk.expect(xs["drops_memory"] > 0 and xs["drops_limit"] == 0,
+               "the memory cap did not stop the flood")
+    chk.expect(q["packets"] + q["qlen"] + xs["drops_memory"] >= n,
+               "premise: the flood did not reach the qdisc whole")
+    tc(f"qdisc del dev {SDEV} root")
+
+
 def test_change_keeps_packets(chk):
     """`tc qdisc change` keeps every queued packet (bands folded into the
     new last band), except those over a lowered limit, which are counted
@@ -904,6 +936,7 @@ TESTS = [
     ("tag_sources", test_tag_sources),
     ("gso_counters", test_gso_counters),
     ("unconnected_udp", test_unconnected_udp),
+    ("default_memory_cap", test_default_memory_cap),
     ("acks_to_urgent_band", test_acks_to_urgent_band),
     ("change_keeps_packets", test_change_keeps_packets),
     ("under_tbf", test_under_tbf),

@@ -64,7 +64,7 @@ static void p3_explain(void)
 		"Defaults: bands " __stringify(TCA_P3_DEFAULT_BANDS) " ("
 		__stringify(TCA_P3_MIN_BANDS) ".." __stringify(TCA_P3_MAX_BANDS) "), "
 		"default bands-1, tag dscp, limit " __stringify(TCA_P3_DEFAULT_LIMIT) ",\n"
-		"          memory 0 (no cap), quantum 2 x MTU, rate 0 (unpaced),\n"
+		"          memory 32mb (64kb..1gb; 0: 1gb), quantum 2 x MTU, rate 0 (unpaced),\n"
 		"          buckets " __stringify(TCA_P3_DEFAULT_BUCKETS) " (a power of two, "
 		__stringify(TCA_P3_MIN_BUCKETS) "..1048576),\n"
 		"          flows " __stringify(TCA_P3_DEFAULT_FLOWS) " ("
@@ -135,8 +135,8 @@ static const char *p3_parse_tag(struct p3_opt *o, const char *arg,
 static const char *p3_parse_limit(struct p3_opt *o, const char *arg,
 				  const char *dev)
 {
-	if (get_u32(&o->limit, arg, 0) || !o->limit)
-		return "expected a packet count, at least 1";
+	if (get_u32(&o->limit, arg, 0) || !o->limit || o->limit > 1048576)
+		return "expected a packet count, 1..1048576";
 	return NULL;
 }
 
@@ -153,7 +153,7 @@ static const char *p3_parse_memory(struct p3_opt *o, const char *arg,
 				   const char *dev)
 {
 	if (!p3_get_size(&o->memory, arg))
-		return "expected a byte count below 4gb, such as 4mb (0 = none)";
+		return "expected a byte count, 64kb..1gb, such as 4mb (0 = 1gb)";
 	return NULL;
 }
 

@@ -717,7 +717,7 @@ struct p3_qdisc_opts {
 	uint8_t		defband;	/* band of untagged packets */
 	uint8_t		tag;		/* enum p3_tag_method, not DEFAULT */
 	uint32_t	limit;		/* packets */
-	uint32_t	memory;		/* bytes, 0 = no byte cap */
+	uint32_t	memory;		/* truesize bytes; 0 = the most (1 GB) */
 	uint32_t	quantum;	/* DRR quantum, bytes */
 	uint64_t	rate;		/* bytes per second, 0 = unpaced */
 	uint32_t	buckets;	/* flow hash table, a power of two */

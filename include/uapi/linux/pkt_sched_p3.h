@@ -56,8 +56,9 @@ enum {
 				 * TCA_P3_MIN_BANDS..TCA_P3_MAX_BANDS */
 	TCA_P3_DEFAULT,		/* u8: band of untagged packets, < bands */
 	TCA_P3_TAG,		/* u8: enum tc_p3_tag_source */
-	TCA_P3_LIMIT,		/* u32: packet limit, >= 1 */
-	TCA_P3_MEMORY,		/* u32: byte limit, 0 = no byte cap */
+	TCA_P3_LIMIT,		/* u32: packet limit, 1..2^20 */
+	TCA_P3_MEMORY,		/* u32: skb truesize limit, 64 KB..1 GB
+				 * (0: 1 GB); 32 MB if never set */
 	TCA_P3_QUANTUM,		/* u32: DRR quantum in bytes */
 	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
 	TCA_P3_PAD,
