@@ -1337,18 +1337,43 @@ static void p3_reset(struct Qdisc *sch)
 	q->peeked = NULL;
 }
 
+/* Not const: 6.1's nla_policy points at a mutable one. */
+static struct netlink_range_validation p3_limit_range = {
+	.min = 1, .max = P3_MAX_LIMIT,
+};
+
+static struct netlink_range_validation p3_quantum_range = {
+	.min = P3_MIN_QUANTUM, .max = P3_MAX_QUANTUM,
+};
+
+static struct netlink_range_validation p3_buckets_range = {
+	.min = TCA_P3_MIN_BUCKETS, .max = TCA_P3_MAX_BUCKETS,
+};
+
+static struct netlink_range_validation p3_flows_range = {
+	.min = TCA_P3_MIN_FLOWS, .max = TCA_P3_MAX_FLOWS,
+};
+
+static struct netlink_range_validation p3_deadline_range = {
+	.max = TCA_P3_CLASS_MAX_DEADLINE_US,
+};
+
+/* What one attribute's policy can say, it says, with its range in the
+ * extack; p3_config_parse() checks what depends on more than one.
+ */
 static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
-	[TCA_P3_BANDS]		= { .type = NLA_U8 },
-	[TCA_P3_DEFAULT]	= { .type = NLA_U8 },
-	[TCA_P3_TAG]		= { .type = NLA_U8 },
-	[TCA_P3_LIMIT]		= { .type = NLA_U32 },
+	[TCA_P3_BANDS]		= NLA_POLICY_RANGE(NLA_U8, TCA_P3_MIN_BANDS,
+						   TCA_P3_MAX_BANDS),
+	[TCA_P3_DEFAULT]	= NLA_POLICY_MAX(NLA_U8, TCA_P3_MAX_BANDS - 1),
+	[TCA_P3_TAG]		= NLA_POLICY_MAX(NLA_U8, TCA_P3_TAG_MAX),
+	[TCA_P3_LIMIT]		= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_limit_range),
 	[TCA_P3_MEMORY]		= { .type = NLA_U32 },
-	[TCA_P3_QUANTUM]	= { .type = NLA_U32 },
+	[TCA_P3_QUANTUM]	= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_quantum_range),
 	[TCA_P3_RATE]		= { .type = NLA_U64 },
 	[TCA_P3_PAD]		= { .type = NLA_REJECT,
 				    .reject_message = "Padding is not an option" },
-	[TCA_P3_BUCKETS]	= { .type = NLA_U32 },
-	[TCA_P3_FLOWS]		= { .type = NLA_U32 },
+	[TCA_P3_BUCKETS]	= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_buckets_range),
+	[TCA_P3_FLOWS]		= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_flows_range),
 	[TCA_P3_DSCPMAP]	= NLA_POLICY_EXACT_LEN(TC_P3_DSCP_CODES),
 };
 
@@ -1389,14 +1414,8 @@ static int p3_dscpmap_parse(struct p3_config *cfg, struct nlattr **tb,
 static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 			   struct netlink_ext_ack *extack)
 {
-	if (tb[TCA_P3_BANDS]) {
+	if (tb[TCA_P3_BANDS])
 		cfg->bands = nla_get_u8(tb[TCA_P3_BANDS]);
-		if (cfg->bands < TCA_P3_MIN_BANDS || cfg->bands > TCA_P3_MAX_BANDS) {
-			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BANDS],
-					    "Number of bands must be between 2 and 64");
-			return -EINVAL;
-		}
-	}
 	if (tb[TCA_P3_DEFAULT]) {
 		cfg->default_band = nla_get_u8(tb[TCA_P3_DEFAULT]);
 		cfg->default_set = true;
@@ -1408,22 +1427,10 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 				    "Default band must be below the number of bands");
 		return -EINVAL;
 	}
-	if (tb[TCA_P3_TAG]) {
+	if (tb[TCA_P3_TAG])
 		cfg->tag = nla_get_u8(tb[TCA_P3_TAG]);
-		if (cfg->tag > TCA_P3_TAG_MAX) {
-			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_TAG],
-					    "Tag source must be priority, dscp or mark");
-			return -EINVAL;
-		}
-	}
-	if (tb[TCA_P3_LIMIT]) {
+	if (tb[TCA_P3_LIMIT])
 		cfg->limit = nla_get_u32(tb[TCA_P3_LIMIT]);
-		if (!cfg->limit || cfg->limit > P3_MAX_LIMIT) {
-			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_LIMIT],
-					    "Packet limit must be between 1 and 1048576");
-			return -EINVAL;
-		}
-	}
 	if (tb[TCA_P3_MEMORY]) {
 		/* 0, once "no cap", is the most there is. */
 		cfg->memory = nla_get_u32(tb[TCA_P3_MEMORY]) ?: P3_MAX_MEMORY;
@@ -1433,35 +1440,20 @@ static int p3_config_parse(struct p3_config *cfg, struct nlattr **tb,
 			return -EINVAL;
 		}
 	}
-	if (tb[TCA_P3_QUANTUM]) {
+	if (tb[TCA_P3_QUANTUM])
 		cfg->quantum = nla_get_u32(tb[TCA_P3_QUANTUM]);
-		if (cfg->quantum < P3_MIN_QUANTUM ||
-		    cfg->quantum > P3_MAX_QUANTUM) {
-			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_QUANTUM],
-					    "Quantum must be between 256 and 1048576 bytes");
-			return -EINVAL;
-		}
-	}
 	if (tb[TCA_P3_RATE])
 		cfg->rate = nla_get_u64(tb[TCA_P3_RATE]);
 	if (tb[TCA_P3_BUCKETS]) {
 		cfg->buckets = nla_get_u32(tb[TCA_P3_BUCKETS]);
-		if (cfg->buckets < TCA_P3_MIN_BUCKETS ||
-		    cfg->buckets > TCA_P3_MAX_BUCKETS ||
-		    !is_power_of_2(cfg->buckets)) {
+		if (!is_power_of_2(cfg->buckets)) {
 			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_BUCKETS],
-					    "Buckets must be a power of two between 16 and 1048576");
+					    "Buckets must be a power of two");
 			return -EINVAL;
 		}
 	}
-	if (tb[TCA_P3_FLOWS]) {
+	if (tb[TCA_P3_FLOWS])
 		cfg->flows = nla_get_u32(tb[TCA_P3_FLOWS]);
-		if (cfg->flows < TCA_P3_MIN_FLOWS || cfg->flows > TCA_P3_MAX_FLOWS) {
-			NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_FLOWS],
-					    "Flow limit must be between 1 and 1048576");
-			return -EINVAL;
-		}
-	}
 	return p3_dscpmap_parse(cfg, tb, extack);
 }
 
@@ -1740,7 +1732,8 @@ static struct tcf_block *p3_tcf_block(struct Qdisc *sch, unsigned long cl,
 }
 
 static const struct nla_policy p3_class_policy[TCA_P3_CLASS_MAX + 1] = {
-	[TCA_P3_CLASS_DEADLINE]	= { .type = NLA_U32 },
+	[TCA_P3_CLASS_DEADLINE]	= NLA_POLICY_FULL_RANGE(NLA_U32,
+							&p3_deadline_range),
 };
 
 static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
@@ -1777,11 +1770,6 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 		return -EINVAL;
 	}
 	us = nla_get_u32(tb[TCA_P3_CLASS_DEADLINE]);
-	if (us > TCA_P3_CLASS_MAX_DEADLINE_US) {
-		NL_SET_ERR_MSG_ATTR(extack, tb[TCA_P3_CLASS_DEADLINE],
-				    "Deadline must be at most 10000000 us (10 s); 0 makes the band reliable");
-		return -EINVAL;
-	}
 
 	sch_tree_lock(sch);
 	b = &q->bands[*arg - 1];
