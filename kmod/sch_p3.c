@@ -1489,9 +1489,31 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
 		memset(&q->bands[i].qstats, 0, sizeof(q->bands[i].qstats));
 		q->bands[i].deadline = 0;
-		q->bands[i].deadline_us = 0;
+		WRITE_ONCE(q->bands[i].deadline_us, 0);
 		q->tolerant &= ~BIT_ULL(i);
 	}
+}
+
+/* Dumps may come without the tree lock, as fq's and fq_codel's may since
+ * 6.10: what they read is written once here, and read once there.
+ */
+static void p3_config_publish(struct p3_config *to,
+			      const struct p3_config *cfg)
+{
+	unsigned int i;
+
+	WRITE_ONCE(to->rate, cfg->rate);
+	WRITE_ONCE(to->limit, cfg->limit);
+	WRITE_ONCE(to->memory, cfg->memory);
+	WRITE_ONCE(to->quantum, cfg->quantum);
+	WRITE_ONCE(to->buckets, cfg->buckets);
+	WRITE_ONCE(to->flows, cfg->flows);
+	for (i = 0; i < TC_P3_DSCP_CODES; i++)
+		WRITE_ONCE(to->dscpmap[i], cfg->dscpmap[i]);
+	WRITE_ONCE(to->bands, cfg->bands);
+	WRITE_ONCE(to->default_band, cfg->default_band);
+	to->default_set = cfg->default_set;
+	WRITE_ONCE(to->tag, cfg->tag);
 }
 
 /* The map enqueue reads: the given bands, the built-in rule elsewhere. */
@@ -1528,7 +1550,7 @@ static struct hlist_head *p3_config_commit(struct Qdisc *sch,
 		if (sch->q.qlen)
 			qdisc_watchdog_schedule_ns(&q->watchdog, ktime_get_ns());
 	}
-	q->cfg = *cfg;
+	p3_config_publish(&q->cfg, cfg);
 	sch->limit = cfg->limit;
 	p3_dscp_commit(q);
 
@@ -1661,21 +1683,26 @@ static int p3_dump(struct Qdisc *sch, struct sk_buff *skb)
 {
 	struct p3_sched_data *q = qdisc_priv(sch);
 	const struct p3_config *cfg = &q->cfg;
+	u8 map[TC_P3_DSCP_CODES];
 	struct nlattr *opts;
+	unsigned int i;
 
+	for (i = 0; i < TC_P3_DSCP_CODES; i++)
+		map[i] = READ_ONCE(cfg->dscpmap[i]);
 	opts = nla_nest_start_noflag(skb, TCA_OPTIONS);
 	if (!opts)
 		return -EMSGSIZE;
-	if (nla_put_u8(skb, TCA_P3_BANDS, cfg->bands) ||
-	    nla_put_u8(skb, TCA_P3_DEFAULT, cfg->default_band) ||
-	    nla_put_u8(skb, TCA_P3_TAG, cfg->tag) ||
-	    nla_put_u32(skb, TCA_P3_LIMIT, cfg->limit) ||
-	    nla_put_u32(skb, TCA_P3_MEMORY, cfg->memory) ||
-	    nla_put_u32(skb, TCA_P3_QUANTUM, cfg->quantum) ||
-	    nla_put_u32(skb, TCA_P3_BUCKETS, cfg->buckets) ||
-	    nla_put_u32(skb, TCA_P3_FLOWS, cfg->flows) ||
-	    nla_put(skb, TCA_P3_DSCPMAP, sizeof(cfg->dscpmap), cfg->dscpmap) ||
-	    nla_put_u64_64bit(skb, TCA_P3_RATE, cfg->rate, TCA_P3_PAD)) {
+	if (nla_put_u8(skb, TCA_P3_BANDS, READ_ONCE(cfg->bands)) ||
+	    nla_put_u8(skb, TCA_P3_DEFAULT, READ_ONCE(cfg->default_band)) ||
+	    nla_put_u8(skb, TCA_P3_TAG, READ_ONCE(cfg->tag)) ||
+	    nla_put_u32(skb, TCA_P3_LIMIT, READ_ONCE(cfg->limit)) ||
+	    nla_put_u32(skb, TCA_P3_MEMORY, READ_ONCE(cfg->memory)) ||
+	    nla_put_u32(skb, TCA_P3_QUANTUM, READ_ONCE(cfg->quantum)) ||
+	    nla_put_u32(skb, TCA_P3_BUCKETS, READ_ONCE(cfg->buckets)) ||
+	    nla_put_u32(skb, TCA_P3_FLOWS, READ_ONCE(cfg->flows)) ||
+	    nla_put(skb, TCA_P3_DSCPMAP, sizeof(map), map) ||
+	    nla_put_u64_64bit(skb, TCA_P3_RATE, READ_ONCE(cfg->rate),
+			      TCA_P3_PAD)) {
 		nla_nest_cancel(skb, opts);
 		return -EMSGSIZE;
 	}
@@ -1773,7 +1800,7 @@ static int p3_change_class(struct Qdisc *sch, u32 classid, u32 parentid,
 
 	sch_tree_lock(sch);
 	b = &q->bands[*arg - 1];
-	b->deadline_us = us;
+	WRITE_ONCE(b->deadline_us, us);
 	/* Rounded up, so that 1 us is not 0 (reliable); a packet expires at
 	 * most one stamp unit (1 us) early.
 	 */
@@ -1798,7 +1825,7 @@ static int p3_dump_class(struct Qdisc *sch, unsigned long cl,
 	if (!opts)
 		return -EMSGSIZE;
 	if (nla_put_u32(skb, TCA_P3_CLASS_DEADLINE,
-			q->bands[cl - 1].deadline_us)) {
+			READ_ONCE(q->bands[cl - 1].deadline_us))) {
 		nla_nest_cancel(skb, opts);
 		return -EMSGSIZE;
 	}
