@@ -44,13 +44,35 @@
  */
 #define P3_PACE_HORIZON	(10 * NSEC_PER_MSEC)
 /* A byte cap below a full GSO packet's truesize would drop every one. */
+#define P3_MIN_BANDS	2
+#define P3_MAX_BANDS	64
+#define P3_DEFAULT_BANDS	8
+#define P3_DEFAULT_LIMIT	10000
+/* DSCP needs no privilege and, unlike priority and mark, survives a
+ * packet's crossing from a container's namespace.
+ */
+#define P3_DEFAULT_TAG	TC_P3_TAG_DSCP
+/* Flow entries: above the default limit, so that at the defaults a packet
+ * spills (tc_p3_xstats.spilled) only when memory runs out.
+ */
+#define P3_DEFAULT_FLOWS	16384
+#define P3_MIN_FLOWS	1
+#define P3_MAX_FLOWS	BIT(20)
+/* The flow hash table: a power of two */
+#define P3_DEFAULT_BUCKETS	4096
+#define P3_MIN_BUCKETS	16
+#define P3_MAX_BUCKETS	BIT(20)
+/* The longest deadline: 10 s, far beyond any useful one, and within the
+ * 17 s that the per-packet time stamp spans.
+ */
+#define P3_MAX_DEADLINE_US	10000000
 #define P3_MIN_MEMORY	(64U << 10)
 /* fq_codel's bound; the most keeps the u32 truesize counters from wrapping */
 #define P3_DEFAULT_MEMORY	(32U << 20)
 #define P3_MAX_MEMORY	BIT(30)
 #define P3_MAX_LIMIT	BIT(20)
 /* Loss-tolerant packets' enqueue time, in 2^10 ns modulo 2^24 (17 s, past
- * TCA_P3_CLASS_MAX_DEADLINE_US) to fit skb->cb; older ones may go late.
+ * P3_MAX_DEADLINE_US) to fit skb->cb; older ones may go late.
  */
 #define P3_STAMP_SHIFT	10
 #define P3_STAMP_BITS	24
@@ -140,7 +162,7 @@ struct p3_sched_data {
 	struct sk_buff		*lone;
 	u64			tolerant;	/* bit b: band b has a deadline */
 	u8			last_band;	/* served by the last dequeue */
-	/* All TCA_P3_MAX_BANDS, whatever "bands" is, so that a change never
+	/* All P3_MAX_BANDS, whatever "bands" is, so that a change never
 	 * allocates; apart, as they would make the qdisc an order-2 kzalloc.
 	 */
 	struct p3_band		*bands;
@@ -263,12 +285,12 @@ static int p3_tag_to_band(struct p3_sched_data *q, struct sk_buff *skb)
 {
 	u32 tag;
 
-	if (q->cfg.tag == TCA_P3_TAG_DSCP) {
+	if (q->cfg.tag == TC_P3_TAG_DSCP) {
 		tag = q->dscp_band[p3_dscp(skb)];
 		if (tag != P3_UNTAGGED)
 			return tag;
 	} else {
-		tag = q->cfg.tag == TCA_P3_TAG_MARK ? skb->mark : skb->priority;
+		tag = q->cfg.tag == TC_P3_TAG_MARK ? skb->mark : skb->priority;
 		if (tag >= 1 && tag <= q->cfg.bands)
 			return tag - 1;
 	}
@@ -1322,7 +1344,7 @@ static void p3_reset(struct Qdisc *sch)
 
 	if (!q->bands)		/* init failed before there were any */
 		return;
-	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
+	for (i = 0; i < P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			while (flow->qlen)
@@ -1347,25 +1369,25 @@ static struct netlink_range_validation p3_quantum_range = {
 };
 
 static struct netlink_range_validation p3_buckets_range = {
-	.min = TCA_P3_MIN_BUCKETS, .max = TCA_P3_MAX_BUCKETS,
+	.min = P3_MIN_BUCKETS, .max = P3_MAX_BUCKETS,
 };
 
 static struct netlink_range_validation p3_flows_range = {
-	.min = TCA_P3_MIN_FLOWS, .max = TCA_P3_MAX_FLOWS,
+	.min = P3_MIN_FLOWS, .max = P3_MAX_FLOWS,
 };
 
 static struct netlink_range_validation p3_deadline_range = {
-	.max = TCA_P3_CLASS_MAX_DEADLINE_US,
+	.max = P3_MAX_DEADLINE_US,
 };
 
 /* What one attribute's policy can say, it says, with its range in the
  * extack; p3_config_parse() checks what depends on more than one.
  */
 static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
-	[TCA_P3_BANDS]		= NLA_POLICY_RANGE(NLA_U8, TCA_P3_MIN_BANDS,
-						   TCA_P3_MAX_BANDS),
-	[TCA_P3_DEFAULT]	= NLA_POLICY_MAX(NLA_U8, TCA_P3_MAX_BANDS - 1),
-	[TCA_P3_TAG]		= NLA_POLICY_MAX(NLA_U8, TCA_P3_TAG_MAX),
+	[TCA_P3_BANDS]		= NLA_POLICY_RANGE(NLA_U8, P3_MIN_BANDS,
+						   P3_MAX_BANDS),
+	[TCA_P3_DEFAULT]	= NLA_POLICY_MAX(NLA_U8, P3_MAX_BANDS - 1),
+	[TCA_P3_TAG]		= NLA_POLICY_MAX(NLA_U8, TC_P3_TAG_MAX),
 	[TCA_P3_LIMIT]		= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_limit_range),
 	[TCA_P3_MEMORY]		= { .type = NLA_U32 },
 	[TCA_P3_QUANTUM]	= NLA_POLICY_FULL_RANGE(NLA_U32, &p3_quantum_range),
@@ -1380,12 +1402,12 @@ static const struct nla_policy p3_policy[TCA_P3_MAX + 1] = {
 static void p3_config_default(struct p3_config *cfg, struct Qdisc *sch)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->bands = TCA_P3_DEFAULT_BANDS;
-	cfg->tag = TCA_P3_DEFAULT_TAG;
-	cfg->limit = TCA_P3_DEFAULT_LIMIT;
+	cfg->bands = P3_DEFAULT_BANDS;
+	cfg->tag = P3_DEFAULT_TAG;
+	cfg->limit = P3_DEFAULT_LIMIT;
 	cfg->memory = P3_DEFAULT_MEMORY;
-	cfg->buckets = TCA_P3_DEFAULT_BUCKETS;
-	cfg->flows = TCA_P3_DEFAULT_FLOWS;
+	cfg->buckets = P3_DEFAULT_BUCKETS;
+	cfg->flows = P3_DEFAULT_FLOWS;
 	memset(cfg->dscpmap, TC_P3_DSCP_BUILTIN, sizeof(cfg->dscpmap));
 	cfg->quantum = 2 * psched_mtu(qdisc_dev(sch));
 }
@@ -1481,7 +1503,7 @@ static void p3_fold_bands(struct p3_sched_data *q, u8 bands)
 
 	if (q->lone && p3_cb(q->lone)->band >= bands)
 		p3_cb(q->lone)->band = bands - 1;
-	for (i = bands; i < TCA_P3_MAX_BANDS; i++) {
+	for (i = bands; i < P3_MAX_BANDS; i++) {
 		list_for_each_entry_safe(flow, tmp, &q->bands[i].flows,
 					 band_node)
 			p3_flow_move(q, flow, bands - 1);
@@ -1632,12 +1654,12 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	 */
 	qdisc_watchdog_init(&q->watchdog, sch);
 	INIT_LIST_HEAD(&q->idle);
-	q->bands = kvcalloc(TCA_P3_MAX_BANDS, sizeof(*q->bands), GFP_KERNEL);
+	q->bands = kvcalloc(P3_MAX_BANDS, sizeof(*q->bands), GFP_KERNEL);
 	if (!q->bands) {
 		NL_SET_ERR_MSG(extack, "No memory for the p3 bands");
 		return -ENOMEM;
 	}
-	for (i = 0; i < TCA_P3_MAX_BANDS; i++) {
+	for (i = 0; i < P3_MAX_BANDS; i++) {
 		INIT_LIST_HEAD(&q->bands[i].flows);
 		INIT_LIST_HEAD(&q->bands[i].spill.band_node);
 		gnet_stats_basic_sync_init(&q->bands[i].bstats);
@@ -1650,7 +1672,7 @@ static int p3_init(struct Qdisc *sch, struct nlattr *opt,
 	if (err)
 		return err;
 
-	q->by_size = kvcalloc(TCA_P3_MAX_BANDS * P3_SIZE_CLASSES,
+	q->by_size = kvcalloc(P3_MAX_BANDS * P3_SIZE_CLASSES,
 			      sizeof(*q->by_size), GFP_KERNEL);
 	if (!q->by_size) {
 		NL_SET_ERR_MSG(extack, "No memory for the p3 size classes");

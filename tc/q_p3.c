@@ -20,8 +20,6 @@
 #include "tc_plugin.h"
 
 #define ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
-#define __stringify_1(x)	#x
-#define __stringify(x)		__stringify_1(x)
 #define __printf(a, b)		__attribute__((format(printf, a, b)))
 
 /*
@@ -45,15 +43,23 @@ struct p3_opt {
 };
 
 static const char * const p3_tag_names[] = {
-	[TCA_P3_TAG_PRIORITY]	= "priority",
-	[TCA_P3_TAG_DSCP]	= "dscp",
-	[TCA_P3_TAG_MARK]	= "mark",
+	[TC_P3_TAG_PRIORITY]	= "priority",
+	[TC_P3_TAG_DSCP]	= "dscp",
+	[TC_P3_TAG_MARK]	= "mark",
 };
 
-static_assert(ARRAY_SIZE(p3_tag_names) == __TCA_P3_TAG_MAX,
+static_assert(ARRAY_SIZE(p3_tag_names) == __TC_P3_TAG_MAX,
 	      "every tag source in pkt_sched_p3.h needs a name");
-/* The usage and the parse error spell TCA_P3_MAX_FLOWS out. */
-static_assert(TCA_P3_MAX_FLOWS == 1048576, "TCA_P3_MAX_FLOWS is written out below");
+
+/* The kernel's ranges, for early messages naming the option; the kernel
+ * stays the authority.
+ */
+#define P3_MIN_BANDS	2
+#define P3_MAX_BANDS	64
+#define P3_MIN_BUCKETS	16
+#define P3_MAX_BUCKETS	1048576
+#define P3_MAX_FLOWS	1048576
+#define P3_MAX_DEADLINE_US	10000000
 
 static void p3_explain(void)
 {
@@ -61,14 +67,10 @@ static void p3_explain(void)
 		"Usage: ... p3 [ bands N ] [ default BAND ] [ tag { priority | dscp | mark } ]\n"
 		"              [ limit PACKETS ] [ memory BYTES ] [ quantum BYTES ] [ rate RATE ]\n"
 		"              [ buckets N ] [ flows N ] [ dscpmap { CODE:BAND[,...] | builtin } ]\n"
-		"Defaults: bands " __stringify(TCA_P3_DEFAULT_BANDS) " ("
-		__stringify(TCA_P3_MIN_BANDS) ".." __stringify(TCA_P3_MAX_BANDS) "), "
-		"default bands-1, tag dscp, limit " __stringify(TCA_P3_DEFAULT_LIMIT) ",\n"
+		"Defaults: bands 8 (2..64), default bands-1, tag dscp, limit 10000,\n"
 		"          memory 32mb (64kb..1gb; 0: 1gb), quantum 2 x MTU, rate 0 (unpaced),\n"
-		"          buckets " __stringify(TCA_P3_DEFAULT_BUCKETS) " (a power of two, "
-		__stringify(TCA_P3_MIN_BUCKETS) "..1048576),\n"
-		"          flows " __stringify(TCA_P3_DEFAULT_FLOWS) " ("
-		__stringify(TCA_P3_MIN_FLOWS) "..1048576 flow entries; beyond them a\n"
+		"          buckets 4096 (a power of two, 16..1048576),\n"
+		"          flows 16384 (1..1048576 flow entries; beyond them a\n"
 		"          packet waits in its band's shared queue).\n"
 		"A priority or mark t in 1..N selects band t-1; 0 or above N the default band.\n"
 		"A DSCP code point selects the band dscpmap gives it (CODE: 0..63, le, ef, va,\n"
@@ -99,9 +101,8 @@ static const char *p3_parse_bands(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_BANDS || v > TCA_P3_MAX_BANDS)
-		return "expected " __stringify(TCA_P3_MIN_BANDS) ".."
-		       __stringify(TCA_P3_MAX_BANDS);
+	if (get_u32(&v, arg, 0) || v < P3_MIN_BANDS || v > P3_MAX_BANDS)
+		return "expected 2..64";
 	o->bands = v;
 	return NULL;
 }
@@ -112,7 +113,7 @@ static const char *p3_parse_default(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v >= TCA_P3_MAX_BANDS)
+	if (get_u32(&v, arg, 0) || v >= P3_MAX_BANDS)
 		return "expected a band, 0..bands-1";
 	o->defband = v;
 	return NULL;
@@ -170,10 +171,9 @@ static const char *p3_parse_buckets(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_BUCKETS || v > TCA_P3_MAX_BUCKETS ||
+	if (get_u32(&v, arg, 0) || v < P3_MIN_BUCKETS || v > P3_MAX_BUCKETS ||
 	    (v & (v - 1)))
-		return "expected a power of two, " __stringify(TCA_P3_MIN_BUCKETS)
-		       "..1048576";
+		return "expected a power of two, 16..1048576";
 	o->buckets = v;
 	return NULL;
 }
@@ -183,9 +183,8 @@ static const char *p3_parse_flows(struct p3_opt *o, const char *arg,
 {
 	__u32 v;
 
-	if (get_u32(&v, arg, 0) || v < TCA_P3_MIN_FLOWS || v > TCA_P3_MAX_FLOWS)
-		return "expected a flow count, " __stringify(TCA_P3_MIN_FLOWS)
-		       "..1048576";
+	if (get_u32(&v, arg, 0) || !v || v > P3_MAX_FLOWS)
+		return "expected a flow count, 1..1048576";
 	o->flows = v;
 	return NULL;
 }
@@ -251,7 +250,7 @@ static const char *p3_parse_dscpmap(struct p3_opt *o, const char *arg,
 		dscp = p3_get_dscp(pair);
 		if (dscp < 0)
 			return "expected a code point 0..63 or a name (le, ef, va, csN, afXY)";
-		if (get_u32(&band, colon + 1, 0) || band >= TCA_P3_MAX_BANDS)
+		if (get_u32(&band, colon + 1, 0) || band >= P3_MAX_BANDS)
 			return "expected a band, 0..bands-1";
 		o->dscpmap[dscp] = band;
 	}
@@ -459,7 +458,7 @@ static const char *p3_parse_deadline(__u32 *us, const char *arg)
 			continue;
 		t *= units[i].us;
 		/* Written so that NaN fails it too. */
-		if (!(t >= 0 && t <= TCA_P3_CLASS_MAX_DEADLINE_US))
+		if (!(t >= 0 && t <= P3_MAX_DEADLINE_US))
 			goto bad;
 		/* The nearest microsecond when the decimal is one ("2.007ms"
 		 * is 2006.9999... in binary), else up: never shortened.

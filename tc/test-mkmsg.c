@@ -128,7 +128,7 @@ int main(int argc, char **argv)
 		return 2;
 
 	put(&m, TCA_KIND, "p3", 3);
-	put_options(&m, strcmp(v, "newtag") ? TCA_P3_TAG_DSCP : __TCA_P3_TAG_MAX,
+	put_options(&m, strcmp(v, "newtag") ? TC_P3_TAG_DSCP : __TC_P3_TAG_MAX,
 		    strcmp(v, "noflows") != 0);
 	put_stats(&m, xlen);
 	return fwrite(&m, 1, m.n.nlmsg_len, stdout) == m.n.nlmsg_len ? 0 : 1;

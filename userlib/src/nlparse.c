@@ -22,8 +22,8 @@ _Static_assert(sizeof(struct p3_xstats) ==
 _Static_assert(offsetof(struct p3_xstats, throttled) ==
 	       offsetof(struct tc_p3_xstats, throttled), "xstats mirror");
 /* p3.h's P3_MAX_BANDS (libp3's API) sizes the per-band arrays that a class
- * dump fills, one per band the kernel may have. */
-_Static_assert(P3_MAX_BANDS == TCA_P3_MAX_BANDS, "libp3's band count is the kernel's");
+ * dump fills, one per band the kernel may have (64). */
+_Static_assert(P3_MAX_BANDS == 64, "libp3's band count is the kernel's");
 
 /* First message of buf that is complete, or NULL. */
 static struct nlmsghdr *nl_first(const void *buf, size_t len, int *rem)
@@ -173,11 +173,11 @@ static int opt_u32(struct nlattr **tb, int type, uint32_t *v)
 static uint8_t tag_from_uapi(uint8_t src)
 {
 	switch (src) {
-	case TCA_P3_TAG_PRIORITY:
+	case TC_P3_TAG_PRIORITY:
 		return P3_METHOD_PRIORITY;
-	case TCA_P3_TAG_DSCP:
+	case TC_P3_TAG_DSCP:
 		return P3_METHOD_DSCP;
-	case TCA_P3_TAG_MARK:
+	case TC_P3_TAG_MARK:
 		return P3_METHOD_MARK;
 	}
 	return P3_METHOD_DEFAULT;

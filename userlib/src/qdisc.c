@@ -126,11 +126,11 @@ static uint8_t tag_to_uapi(uint8_t method)
 {
 	switch (method) {
 	case P3_METHOD_PRIORITY:
-		return TCA_P3_TAG_PRIORITY;
+		return TC_P3_TAG_PRIORITY;
 	case P3_METHOD_MARK:
-		return TCA_P3_TAG_MARK;
+		return TC_P3_TAG_MARK;
 	}
-	return TCA_P3_TAG_DSCP;
+	return TC_P3_TAG_DSCP;
 }
 
 static int put_opts(struct nl_msg *msg, const struct p3_qdisc_opts *o)

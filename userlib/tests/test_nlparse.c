@@ -84,7 +84,7 @@ static void build_qdisc_dump(size_t xlen)
 	o = nla_nest_start(m, TCA_OPTIONS);
 	nla_put_u8(m, TCA_P3_BANDS, 8);
 	nla_put_u8(m, TCA_P3_DEFAULT, 7);
-	nla_put_u8(m, TCA_P3_TAG, TCA_P3_TAG_DSCP);
+	nla_put_u8(m, TCA_P3_TAG, TC_P3_TAG_DSCP);
 	nla_put_u32(m, TCA_P3_LIMIT, 10000);
 	nla_put_u32(m, TCA_P3_QUANTUM, 1514);
 	nla_put_u64(m, TCA_P3_RATE, 6250000);

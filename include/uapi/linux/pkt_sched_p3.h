@@ -11,26 +11,9 @@
 
 #include <linux/types.h>
 
-/* Band 0 is the most urgent; classes H:1..H:N are bands 0..N-1. */
-#define TCA_P3_MIN_BANDS	2
-#define TCA_P3_MAX_BANDS	64
-
-/* Defaults applied when an attribute is absent at creation. */
-#define TCA_P3_DEFAULT_BANDS	8
-#define TCA_P3_DEFAULT_LIMIT	10000	/* packets */
-#define TCA_P3_DEFAULT_BUCKETS	4096	/* flow hash table */
-/* Flow entries: above the default limit, so that at the defaults a packet
- * spills (see tc_p3_xstats.spilled) only when memory runs out.
+/* Band 0 is the most urgent; classes H:1..H:N are bands 0..N-1.  Ranges
+ * and defaults are the kernel's to state (in extacks and dumps), not ABI.
  */
-#define TCA_P3_DEFAULT_FLOWS	16384
-
-/* The cap on flow entries ("flows") is in this range. */
-#define TCA_P3_MIN_FLOWS	1
-#define TCA_P3_MAX_FLOWS	(1U << 20)
-
-/* The flow hash table's size is a power of two in this range. */
-#define TCA_P3_MIN_BUCKETS	16
-#define TCA_P3_MAX_BUCKETS	(1U << 20)
 
 /*
  * Where the tag is read from.  A priority or mark t in 1..bands selects
@@ -38,33 +21,26 @@
  * default band.  A DSCP code point selects the band TCA_P3_DSCPMAP gives it.
  */
 enum tc_p3_tag_source {
-	TCA_P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
-	TCA_P3_TAG_DSCP,	/* IPv4 TOS / IPv6 traffic class, DSCP bits */
-	TCA_P3_TAG_MARK,	/* skb->mark (SO_MARK, iptables MARK) */
-	__TCA_P3_TAG_MAX
+	TC_P3_TAG_PRIORITY,	/* skb->priority (SO_PRIORITY) */
+	TC_P3_TAG_DSCP,	/* IPv4 TOS / IPv6 traffic class, DSCP bits */
+	TC_P3_TAG_MARK,	/* skb->mark (SO_MARK, iptables MARK) */
+	__TC_P3_TAG_MAX
 };
-#define TCA_P3_TAG_MAX (__TCA_P3_TAG_MAX - 1)
-/* DSCP needs no privilege and, unlike priority and mark, survives a
- * packet's crossing from a container's namespace.
- */
-#define TCA_P3_DEFAULT_TAG	TCA_P3_TAG_DSCP
+#define TC_P3_TAG_MAX (__TC_P3_TAG_MAX - 1)
 
 /* Attributes nested in TCA_OPTIONS (which must carry NLA_F_NESTED). */
 enum {
 	TCA_P3_UNSPEC,
-	TCA_P3_BANDS,		/* u8: number of bands,
-				 * TCA_P3_MIN_BANDS..TCA_P3_MAX_BANDS */
+	TCA_P3_BANDS,		/* u8: number of bands, 2..64 */
 	TCA_P3_DEFAULT,		/* u8: band of untagged packets, < bands */
 	TCA_P3_TAG,		/* u8: enum tc_p3_tag_source */
-	TCA_P3_LIMIT,		/* u32: packet limit, 1..2^20 */
-	TCA_P3_MEMORY,		/* u32: skb truesize limit, 64 KB..1 GB
-				 * (0: 1 GB); 32 MB if never set */
+	TCA_P3_LIMIT,		/* u32: packet limit */
+	TCA_P3_MEMORY,		/* u32: skb truesize limit, 0: the most */
 	TCA_P3_QUANTUM,		/* u32: DRR quantum in bytes */
 	TCA_P3_RATE,		/* u64: pacing rate in bytes/s, 0 = unpaced */
 	TCA_P3_PAD,
 	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
-	TCA_P3_FLOWS,		/* u32: most flow entries,
-				 * TCA_P3_MIN_FLOWS..TCA_P3_MAX_FLOWS */
+	TCA_P3_FLOWS,		/* u32: most flow entries */
 	TCA_P3_DSCPMAP,		/* u8[TC_P3_DSCP_CODES]: the band of each
 				 * DSCP code point, or TC_P3_DSCP_BUILTIN */
 	__TCA_P3_MAX
@@ -95,10 +71,6 @@ enum {
 	__TCA_P3_CLASS_MAX
 };
 #define TCA_P3_CLASS_MAX (__TCA_P3_CLASS_MAX - 1)
-/* The longest deadline: 10 s, far beyond any useful one, and within the
- * 17 s that the qdisc's per-packet time stamp spans.
- */
-#define TCA_P3_CLASS_MAX_DEADLINE_US	10000000
 
 /*
  * Qdisc-wide statistics, sent as TCA_STATS_APP.  Fields are only ever
