@@ -39,6 +39,18 @@ for k in $(selftests/vm-run --list-kernels); do
 	[ $rc -eq 0 ] && ! grep -q ' CHECK ' "$log" && rc=1	# sparse ran?
 	result $rc "sch_p3 is clean under sparse (C=2) on $k"
 done
+# checkpatch.pl --strict, from the debug kernel's source (6.1's, unpacked
+# once per machine by selftests/debug-kernel/build.sh): no error and no
+# warning; its CHECKs are on the kernel's own CamelCase types (Qdisc).
+cp=$(ls /var/cache/sch_p3/debug-kernel/*/src/scripts/checkpatch.pl 2>/dev/null | head -n1)
+if [ -n "$cp" ]; then
+	perl "$cp" --strict --no-tree --terse -f kmod/sch_p3.c >"$log" 2>&1
+	grep -q ' 0 errors, 0 warnings' "$log"
+	result $? "kmod/sch_p3.c: checkpatch.pl --strict finds no error and no warning"
+else
+	n=$((n + 1))
+	echo "ok $n - checkpatch.pl --strict # SKIP no kernel source unpacked yet"
+fi
 make --no-print-directory tc >"$log" 2>&1
 result $? "tc plugin q_p3.so builds with -Werror"
 make --no-print-directory userlib WERROR=1 >"$log" 2>&1
