@@ -261,8 +261,7 @@ static int p3_minor_to_band(const struct p3_sched_data *q, u32 minor)
 #define P3_DSCP_LE	1	/* RFC 8622 Lower-Effort */
 #define P3_DSCP_CS1	8	/* RFC 4594 low-priority data */
 
-/*
- * A code point's band by TC_P3_DSCP_BUILTIN.  libp3 tags level L with the
+/* A code point's band by TC_P3_DSCP_BUILTIN.  libp3 tags level L with the
  * L-th code point of RFC 2474's local-use pool xxxx11, then of pool xxxx01,
  * so that no level takes a code point with a standard meaning.
  */
@@ -351,14 +350,12 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
 	return p3_tag_to_band(q, skb);
 }
 
-/*
- * What every queued packet goes through is __always_inline, as gcc kept it
+/* What every queued packet goes through is __always_inline, as gcc kept it
  * out of line; what only rare paths need is noinline, keeping its code and
  * stack canary off the common path (docs/benchmarks.md, "Inlining").
  */
 
-/*
- * A connected local socket names its flow exactly, and cannot be freed
+/* A connected local socket names its flow exactly, and cannot be freed
  * while it has packets here (each holds sk_wmem_alloc).  Other packets,
  * an unconnected socket's to its many peers and a listener's among them
  * (as in fq), fall back to the flow hash; bit 0 keeps those keys apart
@@ -391,8 +388,7 @@ static void p3_size_unfile(struct p3_sched_data *q, struct p3_flow *flow)
 			~BIT(slot % P3_SIZE_CLASSES);
 }
 
-/*
- * Files a flow holding packets by band and fls(backlog): a flow of the
+/* Files a flow holding packets by band and fls(backlog): a flow of the
  * band's highest class ("sizes" bit) holds at least half the bytes of its
  * fattest, so overflow finds a victim in O(1), not O(flows).  A flow that
  * empties stays filed, as it mostly comes back to the same class:
@@ -648,8 +644,7 @@ static void p3_flow_move(struct p3_sched_data *q, struct p3_flow *flow,
 	p3_size_refile(q, flow);
 }
 
-/*
- * To find a flow's most urgent band in O(1) as its head leaves, a monotone
+/* To find a flow's most urgent band in O(1) as its head leaves, a monotone
  * deque holds the packets strictly more urgent than all behind them (at
  * most one per band): a new packet drops from its tail every packet not
  * more urgent than itself.  @tolerant: @band had a deadline as @skb came.
@@ -1191,8 +1186,7 @@ static void p3_drop_expired(struct Qdisc *sch, u32 *n, u32 *bytes)
 	}
 }
 
-/*
- * The first unexpired packet of DRR's flow, else of the next flows and
+/* The first unexpired packet of DRR's flow, else of the next flows and
  * bands; q->active != 0.  After P3_EXPIRE_BATCH expired ones, or if all
  * are, the last seen in DRR's flow: late rather than nothing.  Only DRR's
  * rotation changes, as a dequeue would change it.
@@ -1304,8 +1298,7 @@ static struct sk_buff *p3_dequeue(struct Qdisc *sch)
 	return skb;
 }
 
-/*
- * Not qdisc_peek_dequeued(): a shaping parent (tbf) peeks while waiting for
+/* Not qdisc_peek_dequeued(): a shaping parent (tbf) peeks while waiting for
  * tokens, and a more urgent packet arriving meanwhile must not queue
  * behind one taken out.  Each peek looks afresh, changing nothing a parent
  * sees; the next dequeue sends what it returned.  NULL with packets queued

@@ -39,14 +39,23 @@ for k in $(selftests/vm-run --list-kernels); do
 	[ $rc -eq 0 ] && ! grep -q ' CHECK ' "$log" && rc=1	# sparse ran?
 	result $rc "sch_p3 is clean under sparse (C=2) on $k"
 done
-# checkpatch.pl --strict, from the debug kernel's source (6.1's, unpacked
-# once per machine by selftests/debug-kernel/build.sh): no error and no
-# warning; its CHECKs are on the kernel's own CamelCase types (Qdisc).
+/usr/bin/python3 scripts/upstream-series.py --check >"$log" 2>&1
+result $? "docs/upstream.md is what scripts/upstream-series.py makes of the tree"
+# checkpatch.pl --strict on the series' uAPI and qdisc patches (netdev's
+# rules apply to net/ paths), from the debug kernel's source (6.1's,
+# unpacked once per machine by selftests/debug-kernel/build.sh): no error
+# and no warning; its CHECKs are on the kernel's CamelCase types (Qdisc).
 cp=$(ls /var/cache/sch_p3/debug-kernel/*/src/scripts/checkpatch.pl 2>/dev/null | head -n1)
 if [ -n "$cp" ]; then
-	perl "$cp" --strict --no-tree --terse -f kmod/sch_p3.c >"$log" 2>&1
-	grep -q ' 0 errors, 0 warnings' "$log"
-	result $? "kmod/sch_p3.c: checkpatch.pl --strict finds no error and no warning"
+	series=$(mktemp -d)
+	/usr/bin/python3 scripts/upstream-series.py --patches-only --out "$series" \
+		--kernel-src "${cp%/scripts/checkpatch.pl}" >"$log" 2>&1
+	for p in "$series"/kernel/000[12]-*.patch; do
+		perl "$cp" --strict --no-tree --terse "$p" >"$log" 2>&1
+		grep -q ' 0 errors, 0 warnings' "$log"
+		result $? "$(basename "$p"): checkpatch.pl --strict finds no error and no warning"
+	done
+	rm -rf "$series"
 else
 	n=$((n + 1))
 	echo "ok $n - checkpatch.pl --strict # SKIP no kernel source unpacked yet"

@@ -41,8 +41,7 @@ enum {
 	TCA_P3_PAD,
 	TCA_P3_BUCKETS,		/* u32: flow hash buckets, a power of two */
 	TCA_P3_FLOWS,		/* u32: most flow entries */
-	TCA_P3_DSCPMAP,		/* u8[TC_P3_DSCP_CODES]: the band of each
-				 * DSCP code point, or TC_P3_DSCP_BUILTIN */
+	TCA_P3_DSCPMAP,		/* u8[TC_P3_DSCP_CODES]: a band each */
 	__TCA_P3_MAX
 };
 #define TCA_P3_MAX (__TCA_P3_MAX - 1)
@@ -65,9 +64,10 @@ enum {
  */
 enum {
 	TCA_P3_CLASS_UNSPEC,
-	TCA_P3_CLASS_DEADLINE,	/* u32: microseconds a packet of this band
-				 * may wait before it is dropped instead of
-				 * sent (loss-tolerant band); 0 = reliable */
+	/* u32: microseconds a packet of this band may wait before it is
+	 * dropped instead of sent (a loss-tolerant band); 0: reliable
+	 */
+	TCA_P3_CLASS_DEADLINE,
 	__TCA_P3_CLASS_MAX
 };
 #define TCA_P3_CLASS_MAX (__TCA_P3_CLASS_MAX - 1)
@@ -81,24 +81,29 @@ struct tc_p3_xstats {
 	__u32	flows_active;	/* flows holding packets now */
 	__u64	flows_created;
 	__u64	flows_gc;	/* idle flows freed or taken over */
-	__u64	preemptions;	/* switches to a more urgent band while a
-				 * less urgent one still held backlog */
-	__u64	boosts;		/* flows raised to a more urgent band by a
-				 * newer packet (priority inheritance) */
+	/* switches to a more urgent band while a less urgent one held packets */
+	__u64	preemptions;
+	/* flows raised to a more urgent band by a newer packet (priority
+	 * inheritance)
+	 */
+	__u64	boosts;
 	__u64	untagged;	/* packets sent to the default band */
 	__u64	drops_limit;	/* pushed out by the packet limit */
 	__u64	drops_memory;	/* pushed out by the byte limit */
-	__u64	drops_alloc;	/* always 0: a packet whose flow cannot
-				 * be allocated spills instead */
+	__u64	drops_alloc;	/* always 0: such a packet spills */
 	__u64	throttled;	/* dequeues deferred by the rate pacer */
-	__u64	drops_deadline;	/* loss-tolerant packets older than their
-				 * band's deadline, dropped at dequeue */
-	__u64	drops_tolerant;	/* loss-tolerant packets pushed out by a
-				 * limit (also counted in drops_limit or
-				 * drops_memory) */
-	__u64	spilled;	/* packets queued in their band's shared
-				 * flow: no flow entry could be had (the
-				 * "flows" cap, or no memory) */
+	/* loss-tolerant packets older than their band's deadline, dropped at
+	 * dequeue
+	 */
+	__u64	drops_deadline;
+	/* loss-tolerant packets pushed out by a limit (also counted in
+	 * drops_limit or drops_memory)
+	 */
+	__u64	drops_tolerant;
+	/* packets queued in their band's shared flow: no flow entry could be
+	 * had (the "flows" cap, or no memory)
+	 */
+	__u64	spilled;
 };
 
 #endif /* _UAPI_LINUX_PKT_SCHED_P3_H */
