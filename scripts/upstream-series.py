@@ -239,7 +239,6 @@ def document(patches):
     out += ["## Not yet in upstream form", "",
             "- `sch_p3.c` is above `sch_fq.c`'s size (issue 70's redesign: "
             "a fixed flow array instead of the flow table and spill);",
-            "- `struct tc_p3_xstats` still has `drops_alloc`, always 0;",
             "- `flows` (most flow entries) and `memory` keep names that "
             "fq_codel gives other meanings (its flow buckets, "
             "`memory_limit`);",

@@ -338,8 +338,7 @@ def test_short_flows(args, chk, probe, nl, ifindex):
     chk.note(f"{args.flows} forwarded + {args.socket_flows} socket flows in "
              f"{t1 - t0:.1f} s; flows created {created}, live after "
              f"{x1['flows']}, after a wave of {wave} more {x2['flows']}; gc "
-             f"{x2['flows_gc'] - x0['flows_gc']}; drops_alloc "
-             f"{x2['drops_alloc'] - x0['drops_alloc']}; drops_limit "
+             f"{x2['flows_gc'] - x0['flows_gc']}; drops_limit "
              f"{x2['drops_limit'] - x0['drops_limit']}; slab objects "
              f"{base} -> {end}; longest probe gap "
              f"{probe.max_gap(t0, t1) * 1e3:.0f} ms")

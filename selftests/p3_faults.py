@@ -525,7 +525,6 @@ def test_flow_alloc(k, chk):
     band_drops = sum(cls1[c][2] - cls0.get(c, (0, 0, 0, 0))[2]
                      for c in cls1)
     spilled = x1["spilled"] - x0["spilled"]
-    alloc = x1["drops_alloc"] - x0["drops_alloc"]
     other = (x1["drops_limit"] - x0["drops_limit"] +
              x1["drops_memory"] - x0["drops_memory"])
     # The GC runs inline: once the flows have expired (2 s), datagrams
@@ -545,7 +544,7 @@ def test_flow_alloc(k, chk):
     end = slab_objects()
     chk.note(f"{k.args.flow_faults} forwarded + 500 socket flows at "
              f"{k.args.flow_fail_pct}% failure: {injected} failures "
-             f"injected; spilled +{spilled}, drops_alloc +{alloc}, band "
+             f"injected; spilled +{spilled}, band "
              f"drops +{band_drops}, "
              f"qdisc drops +{d1 - d0} (other drops +{other}); flows "
              f"created +{x1['flows_created'] - x0['flows_created']}, left "
@@ -555,8 +554,6 @@ def test_flow_alloc(k, chk):
     chk.expect(injected - other <= spilled <= injected,
                f"spilled +{spilled} for {injected} injected failures "
                f"and {other} packets pushed out")
-    chk.expect(alloc == 0, f"drops_alloc +{alloc}: a packet was dropped "
-               "for want of a flow")
     chk.expect(band_drops == other and d1 - d0 == other,
                "band, qdisc and cause drop counters disagree: a drop "
                "with no cause")

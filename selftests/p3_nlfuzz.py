@@ -285,10 +285,10 @@ def decode_p3(opts):
     return out
 
 
-XSTATS = struct.Struct("=IIQQQQQQQQQQQQ")
+XSTATS = struct.Struct("=IIQQQQQQQQQQQ")
 XSTATS_NAMES = ("flows", "flows_active", "flows_created", "flows_gc",
                 "preemptions", "boosts", "untagged", "drops_limit",
-                "drops_memory", "drops_alloc", "throttled", "drops_deadline",
+                "drops_memory", "throttled", "drops_deadline",
                 "drops_tolerant", "spilled")
 
 

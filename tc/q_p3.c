@@ -559,8 +559,6 @@ static int p3_print_xstats(struct qdisc_util *qu, FILE *f,
 		     st.drops_limit);
 	print_lluint(PRINT_ANY, "drops_memory", " drops_memory %llu",
 		     st.drops_memory);
-	print_lluint(PRINT_ANY, "drops_alloc", " drops_alloc %llu",
-		     st.drops_alloc);
 	print_nl();
 	print_lluint(PRINT_ANY, "drops_deadline", "  drops_deadline %llu",
 		     st.drops_deadline);

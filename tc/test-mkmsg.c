@@ -90,7 +90,6 @@ static void put_stats(struct msgbuf *m, size_t xlen)
 		.untagged	= 7,
 		.drops_limit	= 8,
 		.drops_memory	= 9,
-		.drops_alloc	= 10,
 		.throttled	= 11,
 		.drops_deadline	= 12,
 		.drops_tolerant	= 13,

@@ -286,18 +286,18 @@ shows "tc -s prints options and every xstats field" full \
 	'^qdisc p3 8001: dev lo root bands 4 default 3 tag dscp limit 100 memory 4Mb quantum 3028b rate 10Mbit buckets 65536 flows 4096 $' \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
-	'^  drops_limit 8 drops_memory 9 drops_alloc 10$' \
+	'^  drops_limit 8 drops_memory 9$' \
 	'^  drops_deadline 12 drops_tolerant 13$' \
 	'^  spilled 14$'
 shows "a shorter xstats from an older kernel reads as zeros" short \
 	'^  flows 1 flows_active 2 flows_created 3 flows_gc 4$' \
 	'^  preemptions 0 boosts 0 untagged 0 throttled 0$' \
-	'^  drops_limit 0 drops_memory 0 drops_alloc 0$' \
+	'^  drops_limit 0 drops_memory 0$' \
 	'^  drops_deadline 0 drops_tolerant 0$' \
 	'^  spilled 0$'
 shows "a longer xstats from a newer kernel is cut to what we know" long \
 	'^  preemptions 5000000005 boosts 6 untagged 7 throttled 11$' \
-	'^  drops_limit 8 drops_memory 9 drops_alloc 10$' \
+	'^  drops_limit 8 drops_memory 9$' \
 	'^  spilled 14$'
 shows "options from a kernel before flows print without it" noflows \
 	' rate 10Mbit buckets 65536 $'
@@ -318,10 +318,10 @@ else
 	assert q["options"] == want, q["options"]
 	xs = ["flows", "flows_active", "flows_created", "flows_gc",
 	      "preemptions", "boosts", "untagged", "drops_limit",
-	      "drops_memory", "drops_alloc", "throttled", "drops_deadline",
+	      "drops_memory", "throttled", "drops_deadline",
 	      "drops_tolerant", "spilled"]
 	got = [q[k] for k in xs]
-	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 10, 11, 12, 13, 14], got
+	assert got == [1, 2, 3, 4, 5000000005, 6, 7, 8, 9, 11, 12, 13, 14], got
 	EOF
 	check "tc -j -s prints every option and xstats as JSON" $?
 fi

@@ -369,11 +369,11 @@ static void print_xstats_json(const struct p3_qdisc_stats *st)
 	printf("\"xstats\":{\"flows\":%" PRIu32 ",\"flows_active\":%" PRIu32
 	       ",\"flows_created\":%" PRIu64 ",\"flows_gc\":%" PRIu64 ",\"preemptions\":%" PRIu64
 	       ",\"boosts\":%" PRIu64 ",\"untagged\":%" PRIu64 ",\"drops_limit\":%" PRIu64
-	       ",\"drops_memory\":%" PRIu64 ",\"drops_alloc\":%" PRIu64 ",\"throttled\":%" PRIu64
+	       ",\"drops_memory\":%" PRIu64 ",\"throttled\":%" PRIu64
 	       ",\"drops_deadline\":%" PRIu64 ",\"drops_tolerant\":%" PRIu64
 	       ",\"spilled\":%" PRIu64 "}", x->flows, x->flows_active, x->flows_created,
 	       x->flows_gc, x->preemptions, x->boosts, x->untagged, x->drops_limit,
-	       x->drops_memory, x->drops_alloc, x->throttled, st->drops_deadline,
+	       x->drops_memory, x->throttled, st->drops_deadline,
 	       st->drops_tolerant, st->spilled);
 }
 
@@ -412,10 +412,10 @@ static void print_stats_text(const struct p3_qdisc_stats *st, double (*rates)[2]
 		printf(" flows %" PRIu32 " (active %" PRIu32 ") created %" PRIu64 " gc %" PRIu64
 		       " spilled %" PRIu64 " preemptions %" PRIu64 " boosts %" PRIu64
 		       " untagged %" PRIu64 "\n drops: limit %" PRIu64 " memory %" PRIu64
-		       " alloc %" PRIu64 " deadline %" PRIu64 " (tolerant %" PRIu64
+		       " deadline %" PRIu64 " (tolerant %" PRIu64
 		       ")  throttled %" PRIu64 "\n", x->flows, x->flows_active, x->flows_created,
 		       x->flows_gc, st->spilled, x->preemptions, x->boosts, x->untagged,
-		       x->drops_limit, x->drops_memory, x->drops_alloc, st->drops_deadline,
+		       x->drops_limit, x->drops_memory, st->drops_deadline,
 		       st->drops_tolerant, x->throttled);
 	printf(" %4s %12s %14s %8s %10s %6s%s\n", "band", "packets", "bytes", "drops", "backlog",
 	       "qlen", rates ? "      pkt/s        rate" : "");

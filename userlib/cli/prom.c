@@ -72,7 +72,6 @@ static const struct prom_field xstats_fields[] = {
 static const struct prom_field drop_causes[] = {
 	DROP_CAUSE("limit", xstats.drops_limit),
 	DROP_CAUSE("memory", xstats.drops_memory),
-	DROP_CAUSE("alloc", xstats.drops_alloc),
 	DROP_CAUSE("deadline", drops_deadline),
 	DROP_CAUSE("tolerant", drops_tolerant),
 };
@@ -196,8 +195,7 @@ static void prom_xstats(const struct prom_ctx *c, const struct p3_qdisc_stats *s
 	}
 	prom_head(c, "p3_", "dropped_packets_by_cause_total", "counter",
 		  "Packets the qdisc pushed out, by cause: limit (the packet limit), "
-		  "memory (the byte limit), alloc (no memory for a new flow: 0 since 0.3, where "
-		  "such a packet spills instead), deadline "
+		  "memory (the byte limit), deadline "
 		  "(loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: "
 		  "also counted as limit or memory)", "");
 	for (m = drop_causes; m < drop_causes + sizeof(drop_causes) / sizeof(*m); m++)

@@ -765,7 +765,7 @@ struct p3_xstats {
 	uint64_t	untagged;
 	uint64_t	drops_limit;
 	uint64_t	drops_memory;
-	uint64_t	drops_alloc;
+	uint64_t	drops_alloc;	/* always 0: the kernel no longer has it */
 	uint64_t	throttled;
 };
 

@@ -15,12 +15,6 @@
 #include "linux/pkt_sched_p3.h"
 #include "internal.h"
 
-/* struct p3_xstats mirrors the first layout of tc_p3_xstats; the fields
- * appended since live at the end of struct p3_qdisc_stats. */
-_Static_assert(sizeof(struct p3_xstats) ==
-	       offsetof(struct tc_p3_xstats, drops_deadline), "xstats mirror");
-_Static_assert(offsetof(struct p3_xstats, throttled) ==
-	       offsetof(struct tc_p3_xstats, throttled), "xstats mirror");
 /* p3.h's P3_MAX_BANDS (libp3's API) sizes the per-band arrays that a class
  * dump fills, one per band the kernel may have (64). */
 _Static_assert(P3_MAX_BANDS == 64, "libp3's band count is the kernel's");
@@ -124,11 +118,21 @@ static void parse_queue(const struct nlattr *a, struct p3_band_stats *s)
 static void parse_xstats(const struct nlattr *a, struct p3_qdisc_stats *st)
 {
 	struct tc_p3_xstats x = { 0 };
+	struct p3_xstats *o = &st->xstats;
 	size_t n = (size_t)nla_len(a);
 
-	/* An older module sends a shorter struct: the rest reads as 0. */
+	/* A shorter struct (a module of another version) reads as 0 past
+	 * its end; libp3's own struct keeps its first layout, drops_alloc
+	 * (always 0) included.
+	 */
 	memcpy(&x, nla_data(a), n < sizeof(x) ? n : sizeof(x));
-	memcpy(&st->xstats, &x, sizeof(st->xstats));
+	*o = (struct p3_xstats){
+		.flows = x.flows, .flows_active = x.flows_active,
+		.flows_created = x.flows_created, .flows_gc = x.flows_gc,
+		.preemptions = x.preemptions, .boosts = x.boosts,
+		.untagged = x.untagged, .drops_limit = x.drops_limit,
+		.drops_memory = x.drops_memory, .throttled = x.throttled,
+	};
 	st->drops_deadline = x.drops_deadline;
 	st->drops_tolerant = x.drops_tolerant;
 	st->spilled = x.spilled;

@@ -378,13 +378,11 @@ static const char *const expect[] = {
 	"# TYPE p3_throttled_total counter",
 	"p3_throttled_total" L " 0",
 	"# HELP p3_dropped_packets_by_cause_total Packets the qdisc pushed out, by cause: "
-	"limit (the packet limit), memory (the byte limit), alloc (no memory for a new flow: 0 "
-	"since 0.3, where such a packet spills instead), deadline (loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: also "
+	"limit (the packet limit), memory (the byte limit), deadline (loss-tolerant, waited too long), tolerant (loss-tolerant, at a limit: also "
 	"counted as limit or memory)",
 	"# TYPE p3_dropped_packets_by_cause_total counter",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"limit\"} 4",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"memory\"} 2",
-	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"alloc\"} 1",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"deadline\"} 6",
 	"p3_dropped_packets_by_cause_total{device=\"eth0\",handle=\"1:\",cause=\"tolerant\"} 3",
 };

@@ -72,10 +72,7 @@ enum {
 };
 #define TCA_P3_CLASS_MAX (__TCA_P3_CLASS_MAX - 1)
 
-/*
- * Qdisc-wide statistics, sent as TCA_STATS_APP.  Fields are only ever
- * appended; readers must zero-fill a shorter struct from an older kernel.
- */
+/* Qdisc-wide statistics, sent as TCA_STATS_APP. */
 struct tc_p3_xstats {
 	__u32	flows;		/* flow entries allocated now */
 	__u32	flows_active;	/* flows holding packets now */
@@ -90,7 +87,6 @@ struct tc_p3_xstats {
 	__u64	untagged;	/* packets sent to the default band */
 	__u64	drops_limit;	/* pushed out by the packet limit */
 	__u64	drops_memory;	/* pushed out by the byte limit */
-	__u64	drops_alloc;	/* always 0: such a packet spills */
 	__u64	throttled;	/* dequeues deferred by the rate pacer */
 	/* loss-tolerant packets older than their band's deadline, dropped at
 	 * dequeue
