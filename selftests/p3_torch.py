@@ -17,9 +17,8 @@ pacing at 100 Mbit/s).  What make check asks of a real training job:
     on the odd ones) it ends with the ranks agreeing too, and the levels
     interleave: each level's datagrams travel in the odd band right after
     its reliable band, band 1 (the first layers') included, and the odd
-    bands carry nothing but datagrams, one MTU at most a packet, where
-    the reliable bands carry TCP's GSO packets (this once with
-    P3_DGRAM_GSO=0: libp3's UDP GSO packets hold many frames);
+    levels carry nothing but UDP, the even ones nothing but TCP, counted
+    by the packets' protocol and DSCP (this once with P3_DGRAM_GSO=0);
   - each rank snapshots its counters at every timed step's start
     (bench/torch/steps.py reads them), and p3.torch's bytes_sent grows
     in every step, as a job that pushes every step must;
@@ -39,6 +38,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import p3lib
@@ -52,16 +52,55 @@ def bands_used(ns):
     return p3lib.class_stats(dev="eth0", ns=ns)
 
 
-# The largest packet a datagram band may carry: one frame of the 1500-byte
-# MTU, with its Ethernet header (the qdisc counts it).
-MTU_PACKET = 1514
 
 
-def train(mode, iters, env=""):
+# Packets by protocol and level parity, counted by u32 filters on each
+# host's p3 that classify nothing (action ok, no class: the tag decides).
+# A level L below 16 is DSCP 4 L + 3: the TOS byte's bits 0x1c are 0x0c
+# for an even level, 0x1c for an odd one.
+COUNTED = (("udp even", 17, 0x0c), ("udp odd", 17, 0x1c),
+           ("tcp even", 6, 0x0c), ("tcp odd", 6, 0x1c))
+
+
+def count_protocols(stop):
+    """Once each host's p3 (handle 1:) exists, attach the COUNTED filters."""
+    left = set(HOSTS)
+    while left and not stop.is_set():
+        for ns in sorted(left):
+            q = p3lib.sh("tc qdisc show dev eth0", ns=ns, check=False)
+            if "qdisc p3 1: " not in q:
+                continue
+            for prio, (_, proto, tos) in enumerate(COUNTED, 10):
+                p3lib.sh(f"tc filter add dev eth0 parent 1: protocol ip "
+                         f"prio {prio} u32 match ip protocol {proto} 0xff "
+                         f"match ip dsfield {tos:#x} 0x1c action ok", ns=ns)
+            left.discard(ns)
+        stop.wait(0.2)
+
+
+def protocol_counts(ns):
+    """{name: packets} of the COUNTED filters on ns's eth0."""
+    out = p3lib.sh("tc -s -j filter show dev eth0 parent 1:", ns=ns,
+                   check=False)
+    got = {}
+    for f in json.loads(out or "[]"):
+        for a in f.get("options", {}).get("actions", ()):
+            prio = f.get("pref", 0) - 10
+            if 0 <= prio < len(COUNTED):
+                got[COUNTED[prio][0]] = a.get("stats", {}).get("packets", 0)
+    return got
+
+
+def train(mode, iters, env="", count=False):
     """bench/torch's job in mode, with env (VAR=value ...) added: (rank 0's
-    record, per-host band stats, seconds, error text)."""
+    record, per-host band stats, seconds, error text); with count, each
+    host's stats hold "protocols" (protocol_counts())."""
     out = tempfile.mktemp(prefix="p3torch-", suffix=".jsonl")
     t0 = time.monotonic()
+    stop = threading.Event()
+    counter = threading.Thread(target=count_protocols, args=(stop,))
+    if count:
+        counter.start()
     try:
         p3lib.sh(f"env {env} P3_TORCH_OUT={out} bench/torch/vm.sh --modes {mode} "
                  f"--bulk 0 --warmup 1 --iters {iters} --batch 8 "
@@ -69,9 +108,16 @@ def train(mode, iters, env=""):
         with open(out) as f:
             res = [json.loads(line) for line in f]
         stats = {ns: bands_used(ns) for ns in HOSTS}
+        if count:
+            for ns in HOSTS:
+                stats[ns]["protocols"] = protocol_counts(ns)
         err = ""
     except Exception as e:  # a crashed job is a failed test
         res, stats, err = [], {}, repr(e)
+    finally:
+        stop.set()
+        if count:
+            counter.join()
     return (res[0] if res else {}), stats, time.monotonic() - t0, err
 
 
@@ -208,27 +254,20 @@ def bursts(tap):
 
 def interleaved(tap, stats, levels):
     """Bounded loss: levels 0..levels-1 on the even bands, their
-    datagrams on the odd band after each.  The qdisc counts packets and
-    bytes per band, not protocols, so a band is taken for datagrams when
-    its packets average at most one MTU frame (TCP's GSO packets to the
-    peer are larger); the old layout failed this on every host.  libp3
-    sends its datagrams as UDP GSO packets of many frames, so this job
-    runs with P3_DGRAM_GSO=0, one datagram a send."""
+    datagrams on the odd band after each: UDP only at odd levels, TCP
+    only at even ones, by the packets' own protocol and DSCP (COUNTED;
+    the old layout failed this on every host)."""
     for ns in HOSTS:
         b = stats.get(ns, {})
-        # Per job band: bytes per packet, where it carried any.
-        size = {k: v["bytes"] / v["pkts"] for k, v in b.items()
-                if k < 2 * levels and v["pkts"]}
-        big = {k: round(n) for k, n in size.items()
-               if k % 2 and n > MTU_PACKET}
-        tcp = [k for k, n in size.items() if not k % 2 and n > MTU_PACKET]
-        tap.result(bool(levels and not big and tcp),
+        n = b.get("protocols", {})
+        tap.result(bool(levels and n.get("udp odd") and n.get("tcp even") and
+                        n.get("udp even") == 0 and n.get("tcp odd") == 0),
                    f"{ns}: the odd bands carry datagrams only, the even ones "
                    "TCP",
-                   f"levels {levels}; odd bands over one MTU a packet "
-                   f"{big or 'none'}; even bands with TCP's larger packets "
-                   f"{tcp}; bytes per band "
-                   + str({k: v["bytes"] for k, v in sorted(b.items())}))
+                   f"levels {levels}; packets by protocol and level {n}; "
+                   "bytes per band " + str({k: b[k]["bytes"] for k in
+                                            sorted(k for k in b
+                                                   if isinstance(k, int))}))
 
 
 def first_layers(tap, stats, levels):
@@ -269,7 +308,8 @@ def main():
     r, stats, took, err = train("p3dlcp", args.iters)
     job_ends(tap, "bounded loss", r, args.iters, took, err)
     first_layers(tap, stats, r.get("levels") or 0)
-    r, stats, took, err = train("p3dlcp", args.iters, env="P3_DGRAM_GSO=0")
+    r, stats, took, err = train("p3dlcp", args.iters, env="P3_DGRAM_GSO=0",
+                                count=True)
     job_ends(tap, "bounded loss, one datagram a send", r, args.iters, took,
              err)
     interleaved(tap, stats, r.get("levels") or 0)

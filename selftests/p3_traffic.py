@@ -321,7 +321,10 @@ def test_gso_counters(chk):
     p3_root(f"rate {RATE}")
     sink = Sink()
     bulk = start_bulk(2)
-    time.sleep(3)
+    # A slow (debug) kernel takes seconds to start the senders.
+    deadline = time.monotonic() + 60
+    while qdisc_json()["bytes"] < 2 << 20 and time.monotonic() < deadline:
+        time.sleep(0.5)
     stop(bulk)
     sink.stop()
     time.sleep(0.5)
