@@ -35,10 +35,10 @@ Runs inside the selftest VM:  selftests/p3_torch.py [--iters N]
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import p3lib
@@ -62,20 +62,12 @@ COUNTED = (("udp even", 17, 0x0c), ("udp odd", 17, 0x1c),
            ("tcp even", 6, 0x0c), ("tcp odd", 6, 0x1c))
 
 
-def count_protocols(stop):
-    """Once each host's p3 (handle 1:) exists, attach the COUNTED filters."""
-    left = set(HOSTS)
-    while left and not stop.is_set():
-        for ns in sorted(left):
-            q = p3lib.sh("tc qdisc show dev eth0", ns=ns, check=False)
-            if "qdisc p3 1: " not in q:
-                continue
-            for prio, (_, proto, tos) in enumerate(COUNTED, 10):
-                p3lib.sh(f"tc filter add dev eth0 parent 1: protocol ip "
-                         f"prio {prio} u32 match ip protocol {proto} 0xff "
-                         f"match ip dsfield {tos:#x} 0x1c action ok", ns=ns)
-            left.discard(ns)
-        stop.wait(0.2)
+def count_filters():
+    """The COUNTED filters, as bench/torch's P3_TORCH_TC takes them."""
+    return ";".join(f"filter add dev eth0 parent {{h}}: protocol ip prio "
+                    f"{prio} u32 match ip protocol {proto} 0xff match ip "
+                    f"dsfield {tos:#x} 0x1c action ok"
+                    for prio, (_, proto, tos) in enumerate(COUNTED, 10))
 
 
 def protocol_counts(ns):
@@ -97,10 +89,8 @@ def train(mode, iters, env="", count=False):
     host's stats hold "protocols" (protocol_counts())."""
     out = tempfile.mktemp(prefix="p3torch-", suffix=".jsonl")
     t0 = time.monotonic()
-    stop = threading.Event()
-    counter = threading.Thread(target=count_protocols, args=(stop,))
     if count:
-        counter.start()
+        env += " P3_TORCH_TC=" + shlex.quote(count_filters())
     try:
         p3lib.sh(f"env {env} P3_TORCH_OUT={out} bench/torch/vm.sh --modes {mode} "
                  f"--bulk 0 --warmup 1 --iters {iters} --batch 8 "
@@ -114,10 +104,6 @@ def train(mode, iters, env="", count=False):
         err = ""
     except Exception as e:  # a crashed job is a failed test
         res, stats, err = [], {}, repr(e)
-    finally:
-        stop.set()
-        if count:
-            counter.join()
     return (res[0] if res else {}), stats, time.monotonic() - t0, err
 
 

@@ -124,6 +124,12 @@ def shape(mode, pressure, args):
             cmds += ('filter add dev eth0 parent %s: protocol ip prio 1 u32 '
                      'match ip protocol 6 0xff match u16 0 0xff80 at 2 '
                      'classid %s:1\n' % (h, h))
+        # A test's own tc lines once p3 is made: P3_TORCH_TC, separated
+        # by ';', "{h}" for p3's handle (selftests/p3_torch.py counts
+        # packets by protocol and level with filters that classify none).
+        for line in os.environ.get('P3_TORCH_TC', '').split(';'):
+            if line.strip():
+                cmds += line.strip().format(h=h) + '\n'
         # The datagrams' bands: the odd ones above the default band.
         for band in range(1, bands - 1, 2) if mode == 'p3dlcp' else ():
             cmds += ('class change dev eth0 classid %s:%x p3 deadline %dus\n'
