@@ -355,18 +355,19 @@ static int p3_classify(struct sk_buff *skb, struct Qdisc *sch)
  * stack canary off the common path (docs/benchmarks.md, "Inlining").
  */
 
-/* A connected local socket names its flow exactly, and cannot be freed
- * while it has packets here (each holds sk_wmem_alloc).  Other packets,
- * an unconnected socket's to its many peers and a listener's among them
- * (as in fq), fall back to the flow hash; bit 0 keeps those keys apart
- * from socket pointers.
+/* A local stream socket names its flow exactly, and cannot be freed
+ * while it has packets here (each holds sk_wmem_alloc).  Other packets
+ * fall back to the flow hash, so that a datagram socket's packets to its
+ * many peers are as many flows (a connected one's are one); bit 0 keeps
+ * those keys apart from socket pointers.  A packet's key never changes
+ * while it is queued: the type is the socket's for life, the hash the
+ * packet's.
  */
 static unsigned long p3_flow_key(struct sk_buff *skb)
 {
 	struct sock *sk = skb->sk;
 
-	if (sk && sk_fullsock(sk) && !sk_listener(sk) &&
-	    sk->sk_state != TCP_CLOSE)
+	if (sk && sk_fullsock(sk) && sk->sk_type == SOCK_STREAM)
 		return (unsigned long)sk;
 	return ((unsigned long)skb_get_hash(skb) << 1) | 1;
 }
