@@ -975,7 +975,7 @@ def traffic_check(nl, ifindex, name, group):
     # leave each band's flows in one shared queue.
     rate = LINK if parent == TC_H_ROOT else "0"
     good = (f"bands 8 default 7 tag priority limit 10000 memory 0 "
-            f"quantum 3028 rate {rate} flows 16384")
+            f"quantum 3028 rate {rate} flows 16384 dscpmap builtin")
     # Nor a fuzzed deadline, which a change keeps too: 1us on band 0
     # would drop the urgent burst. One tc for all nine: on the debug
     # kernel beside the background flows each tc started took 7 s.
